@@ -1,0 +1,44 @@
+"""histstore: conversation history for LLM agents, kept in SQL.
+
+One async implementation on SQLAlchemy 2 runs on an embedded SQLite file (aiosqlite)
+and on PostgreSQL (asyncpg); Alembic migrations own the schema. Start with
+``histstore.connect()``.
+"""
+
+from ._connect import connect as connect
+from ._errors import CommitError as CommitError
+from ._errors import ConflictError as ConflictError
+from ._errors import HistStoreError as HistStoreError
+from ._errors import InvalidId as InvalidId
+from ._errors import InvalidMessage as InvalidMessage
+from ._errors import NotFound as NotFound
+from ._errors import SchemaError as SchemaError
+from ._errors import WindowTooSmall as WindowTooSmall
+from ._errors import WriteError as WriteError
+from ._ids import validate_id as validate_id
+from ._models import ConversationState as ConversationState
+from ._models import Message as Message
+from ._models import Summary as Summary
+from ._models import WriteOutcome as WriteOutcome
+from ._store import Store as Store
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CommitError",
+    "ConflictError",
+    "ConversationState",
+    "HistStoreError",
+    "InvalidId",
+    "InvalidMessage",
+    "Message",
+    "NotFound",
+    "SchemaError",
+    "Store",
+    "Summary",
+    "WindowTooSmall",
+    "WriteError",
+    "WriteOutcome",
+    "connect",
+    "validate_id",
+]

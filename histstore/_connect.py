@@ -1,0 +1,191 @@
+"""``histstore.connect()``: open a store on a path, a URL or an engine."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Generator
+from types import TracebackType
+from typing import Any, Literal
+
+from sqlalchemy import URL
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from . import _migrations
+from ._engine import (
+    SETTINGS_OPTION,
+    WRITE_OPTION,
+    SqliteSettings,
+    install_hooks,
+    is_memory_url,
+    make_engine,
+    resolve_target,
+)
+from ._errors import HistStoreError, translate_errors
+from ._models import Message
+from ._store import Store, StoreSettings
+from ._tx import run_to_completion
+
+__all__ = ["connect"]
+
+Durability = Literal["full", "process"]
+
+
+class _Connecting:
+    """What ``connect()`` returns: await it for a Store, or use it with ``async with``."""
+
+    def __init__(self, target: object, migrate: bool | None, options: dict[str, Any]) -> None:
+        self._target = target
+        self._migrate = migrate
+        self._options = options
+        self._store: Store | None = None
+
+    def __await__(self) -> Generator[Any, None, Store]:
+        return _open(self._target, self._migrate, **self._options).__await__()
+
+    async def __aenter__(self) -> Store:
+        self._store = await _open(self._target, self._migrate, **self._options)
+        return self._store
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._store is not None:
+            store, self._store = self._store, None
+            await store.close()
+
+
+def connect(
+    target: str | os.PathLike[str] | URL | AsyncEngine | None = None,
+    *,
+    migrate: bool | None = None,
+    count_tokens: Callable[[Message], int] | None = None,
+    durability: Durability = "full",
+    busy_timeout: float = 30.0,
+    max_message_bytes: int = 16 * 1024 * 1024,
+    max_batch: int = 10_000,
+) -> _Connecting:
+    """Open a store. Await the result, or use it as an async context manager.
+
+    Args:
+        target: a file path (an SQLite database), a SQLAlchemy URL (``sqlite://`` and
+            ``postgresql://`` without a driver mean aiosqlite and asyncpg;
+            ``sqlite://`` or ``":memory:"`` is a private in-memory database living as
+            long as the store), or an ``AsyncEngine`` (borrowed: ``close()`` leaves it
+            open). ``None``: the ``HISTSTORE_URL`` environment variable, else
+            ``histstore.db`` in the current directory.
+        migrate: ``None``: SQLite is upgraded to the newest schema by itself; other
+            databases must already be at it (else ``SchemaError`` naming the upgrade
+            command). ``True``: upgrade any database. ``False``: neither upgrade nor
+            check. A schema newer than this library is a ``SchemaError`` unless
+            ``False``.
+        count_tokens: ``Message -> int``; when given, each message's count is recorded
+            as it is written and ``ConversationState.token_count`` sums them.
+        durability: ``"full"`` (default): an acknowledged write survives a power loss
+            (SQLite ``synchronous=FULL``). ``"process"``: it survives a crash of the
+            process (SQLite ``synchronous=NORMAL``); on Postgres the server rules.
+        busy_timeout: seconds an SQLite write waits for another writer's lock before
+            failing with ``WriteError`` (and, in memory, a task for the connection).
+        max_message_bytes: the largest message, as UTF-8 JSON.
+        max_batch: the most messages one write takes.
+
+    Raises:
+        ValueError: the target or an option is not valid.
+        SchemaError: see ``migrate``.
+        HistStoreError: the database cannot be opened.
+    """
+    if durability not in ("full", "process"):
+        raise ValueError("durability must be 'full' or 'process'")
+    if not isinstance(busy_timeout, (int, float)) or busy_timeout < 0:
+        raise ValueError("busy_timeout must be a number of seconds >= 0")
+    for name, value in (("max_message_bytes", max_message_bytes), ("max_batch", max_batch)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive int")
+    if migrate not in (None, True, False):
+        raise ValueError("migrate must be None, True or False")
+    options = {
+        "count_tokens": count_tokens,
+        "durability": durability,
+        "busy_timeout": float(busy_timeout),
+        "max_message_bytes": max_message_bytes,
+        "max_batch": max_batch,
+    }
+    return _Connecting(target, migrate, options)
+
+
+async def _open(
+    target: object,
+    migrate: bool | None,
+    *,
+    count_tokens: Callable[[Message], int] | None,
+    durability: Durability,
+    busy_timeout: float,
+    max_message_bytes: int,
+    max_batch: int,
+) -> Store:
+    resolved = resolve_target(target)
+    owns = not isinstance(resolved, AsyncEngine)
+    engine = resolved if isinstance(resolved, AsyncEngine) else make_engine(
+        resolved, busy_timeout=busy_timeout
+    )
+    sqlite = engine.dialect.name == "sqlite"
+    settings = StoreSettings(
+        count_tokens=count_tokens,
+        max_message_bytes=max_message_bytes,
+        max_batch=max_batch,
+        sqlite=SqliteSettings(
+            busy_timeout_ms=int(busy_timeout * 1000),
+            synchronous="FULL" if durability == "full" else "NORMAL",
+        )
+        if sqlite
+        else None,
+    )
+    if engine.dialect.name not in ("sqlite", "postgresql"):
+        if owns:
+            await engine.dispose()
+        raise ValueError(f"histstore supports SQLite and PostgreSQL, not {engine.dialect.name}")
+    install_hooks(engine)
+    try:
+        if migrate is not False:
+            await run_to_completion(_prepare_schema(engine, settings, migrate))
+    except BaseException:
+        if owns:
+            await engine.dispose()
+        raise
+    return Store(engine, owns_engine=owns, settings=settings)
+
+
+async def _prepare_schema(engine: AsyncEngine, settings: StoreSettings, migrate: bool | None) -> None:
+    """Check the schema and, where asked (or on SQLite by default), upgrade it."""
+    options: dict[str, Any] = {}
+    if settings.sqlite is not None:
+        options[SETTINGS_OPTION] = settings.sqlite
+    upgrade = migrate is True or (migrate is None and settings.sqlite is not None)
+    with translate_errors("opening the database"):
+        if settings.sqlite is not None and not is_memory_url(engine.url):
+            # WAL lets readers go on while one process writes. The mode is kept in
+            # the file, so this runs once per open, outside any transaction.
+            async with engine.connect() as conn:
+                mode = await _journal_mode(conn)
+                if mode != "wal":
+                    raise HistStoreError(f"SQLite refused WAL mode (journal_mode={mode})")
+        async with engine.execution_options(**options).connect() as conn:
+            status = await conn.run_sync(_migrations.schema_status)
+            await conn.rollback()
+        if status.up_to_date:
+            return
+        if not upgrade or not status.known:
+            _migrations.check(status, engine.url.render_as_string(hide_password=True))
+        write_options = {**options, WRITE_OPTION: True}
+        async with engine.execution_options(**write_options).begin() as conn:
+            await conn.run_sync(_migrations.upgrade)
+
+
+async def _journal_mode(conn: AsyncConnection) -> str:
+    result = await conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+    mode = str(result.scalar()).lower()
+    await conn.commit()
+    return mode
+

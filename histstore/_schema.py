@@ -1,0 +1,183 @@
+"""The tables, as one ``MetaData``. Alembic migrations create them; this module only describes.
+
+Every table is prefixed ``histstore_`` so it can live in a host application's database,
+and every primary key starts with the conversation id, so the schema can be distributed
+by conversation. JSON is kept as text: it round-trips exactly (key order, ``"\\u0000"``,
+large numbers) on both backends.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Dialect,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.types import TypeDecorator
+
+__all__ = [
+    "CONVERSATION_TABLES",
+    "VERSION_TABLE",
+    "conversations",
+    "list_items",
+    "lists",
+    "messages",
+    "metadata",
+    "metadata_entries",
+    "summaries",
+    "writes",
+]
+
+VERSION_TABLE = "histstore_alembic_version"
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """An aware UTC ``datetime`` on every backend (SQLite keeps naive UTC text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)  # type: ignore[no-any-return]
+        return value.astimezone(timezone.utc)  # type: ignore[no-any-return]
+
+
+# Ids sort by code point everywhere: SQLite compares UTF-8 bytes by default; Postgres
+# needs the "C" collation for that (its default collation follows the locale).
+ID = String(255).with_variant(String(255, collation="C"), "postgresql")
+
+conversations = Table(
+    "histstore_conversations",
+    metadata,
+    Column("id", ID, nullable=False),
+    Column("owner", ID, nullable=True),
+    Column("system_prompt", Text, nullable=True),
+    # The number of messages: the next position handed out. Changed only under the
+    # conversation's write lock, so positions stay dense.
+    Column("length", BigInteger, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("id"),
+    Index(None, "created_at", "id"),
+    Index(None, "updated_at", "id"),
+    Index(None, "owner", "id"),
+    Index(None, "owner", "created_at", "id"),
+    Index(None, "owner", "updated_at", "id"),
+)
+
+messages = Table(
+    "histstore_messages",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("role", Text, nullable=True),
+    Column("data", Text, nullable=False),
+    Column("token_count", Integer, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "position"),
+    # System messages are found without reading the history (WindowStore merges them).
+    Index(
+        "ix_histstore_messages_system",
+        "conversation_id",
+        "position",
+        sqlite_where=text("role = 'system'"),
+        postgresql_where=text("role = 'system'"),
+    ),
+)
+
+# One row per stored batch: the batch's idempotency key (the caller's or one the store
+# made), where it went and a digest of its messages. A retried write finds it here.
+writes = Table(
+    "histstore_writes",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("key", ID, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("count", Integer, nullable=False),
+    Column("digest", String(64), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "key"),
+)
+
+summaries = Table(
+    "histstore_summaries",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("start", BigInteger, nullable=False),
+    Column("end", BigInteger, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("token_count", Integer, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "seq"),
+)
+
+metadata_entries = Table(
+    "histstore_metadata",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("key", ID, nullable=False),
+    Column("value", Text, nullable=False),
+    # SHA-256 of the value's canonical JSON: what metadata filters compare, by index.
+    Column("digest", String(64), nullable=False),
+    PrimaryKeyConstraint("conversation_id", "key"),
+    Index(None, "key", "digest", "conversation_id"),
+)
+
+lists = Table(
+    "histstore_lists",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("name", ID, nullable=False),
+    Column("length", BigInteger, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "name"),
+)
+
+list_items = Table(
+    "histstore_list_items",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("name", ID, nullable=False),
+    Column("idx", BigInteger, nullable=False),
+    # JSON text, or NULL when the item is ``bytes`` (kept in ``blob``).
+    Column("value", Text, nullable=True),
+    Column("blob", LargeBinary, nullable=True),
+    PrimaryKeyConstraint("conversation_id", "name", "idx"),
+)
+
+# Tables holding rows of a conversation, children first (clear deletes in this order).
+CONVERSATION_TABLES = (messages, writes, summaries, metadata_entries, list_items, lists)

@@ -1,0 +1,738 @@
+"""The Store: conversation history and state over one SQLAlchemy ``AsyncEngine``."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal, TypeVar
+
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    and_,
+    delete,
+    exists,
+    func,
+    literal_column,
+    select,
+    update,
+)
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from . import _codec, _dialects
+from . import _schema as s
+from ._engine import SETTINGS_OPTION, WRITE_OPTION, SqliteSettings
+from ._errors import (
+    ConflictError,
+    HistStoreError,
+    InvalidMessage,
+    NotFound,
+    WriteError,
+    describe,
+    translate_errors,
+)
+from ._ids import validate_id
+from ._models import ConversationState, Message, MessageLike, Summary, WriteOutcome, as_message
+from ._tx import run_to_completion
+
+__all__ = ["Store", "StoreSettings"]
+
+T = TypeVar("T")
+Order = Literal["id", "created", "updated"]
+
+_conv = s.conversations
+_msg = s.messages
+_writes = s.writes
+_ZERO = WriteOutcome(0, False, None)
+_SYSTEM = literal_column("'system'")  # a literal, so SQLite can use the partial index
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _count(value: object, name: str, *, allow_none: bool = True) -> int | None:
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int")
+    if value < 0:
+        raise ValueError(f"{name} must not be negative")
+    return value
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """Options given to ``connect()`` that shape every call of a store."""
+
+    count_tokens: Callable[[Message], int] | None = None
+    max_message_bytes: int = 16 * 1024 * 1024
+    max_batch: int = 10_000
+    sqlite: SqliteSettings | None = None
+
+
+@dataclass
+class _Prepared:
+    """A validated batch, ready to write."""
+
+    messages: list[Message]
+    tokens: list[int | None]
+    digest: str
+
+
+class Store:
+    """Conversation history and state in one SQL database.
+
+    Made by ``histstore.connect()``. Every method is a coroutine, validates its
+    arguments before touching the database, and raises only ``HistStoreError``
+    subclasses (plus ``TypeError``/``ValueError`` for arguments of the wrong kind).
+    A store made from a URL or path owns its engine and disposes it on ``close()``; one
+    made from an ``AsyncEngine`` borrows it.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        owns_engine: bool,
+        settings: StoreSettings,
+        owner: str | None = None,
+    ) -> None:
+        self._engine = engine
+        self._owns_engine = owns_engine
+        self._settings = settings
+        self._owner = owner
+        self._closed = False
+        options: dict[str, Any] = {}
+        if settings.sqlite is not None:
+            options[SETTINGS_OPTION] = settings.sqlite
+        self._reader = engine.execution_options(**options)
+        self._writer = engine.execution_options(**options, **{WRITE_OPTION: True})
+        self._dialect = engine.dialect
+
+    # ------------------------------------------------------------------ basics
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The SQLAlchemy engine the store runs on."""
+        return self._engine
+
+    @property
+    def user(self) -> str | None:
+        """The owner a scoped view is confined to; ``None`` for the whole store."""
+        return self._owner
+
+    @property
+    def count_tokens(self) -> Callable[[Message], int] | None:
+        """The token counter given to ``connect()``, or ``None``."""
+        return self._settings.count_tokens
+
+    def scoped(self, user: str) -> Store:
+        """A view of the store confined to the conversations ``user`` owns.
+
+        Conversations the view creates are owned by ``user``; a conversation owned by
+        someone else, or by no one, behaves through the view as if it did not exist.
+        The view shares the store's engine; closing it does nothing.
+
+        Raises:
+            InvalidId: ``user`` breaks the id rules.
+            ValueError: this store is already a view of another user.
+        """
+        validate_id(user, what="user")
+        if self._owner is not None and self._owner != user:
+            raise ValueError("a scoped view cannot be re-scoped to another user")
+        return Store(self._engine, owns_engine=False, settings=self._settings, owner=user)
+
+    async def close(self) -> None:
+        """Release the store; disposes the engine when the store owns it. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owns_engine:
+            await self._engine.dispose()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        url = self._engine.url.render_as_string(hide_password=True)
+        scope = "" if self._owner is None else f", user={self._owner!r}"
+        return f"<histstore.Store {url}{scope}>"
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise HistStoreError("the store is closed")
+
+    async def _run(
+        self,
+        work: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        write: bool,
+        action: str,
+        conversation: str | None = None,
+    ) -> T:
+        """Run ``work`` in one transaction (a write transaction takes the write lock)."""
+        self._check_open()
+        engine = self._writer if write else self._reader
+
+        async def transaction() -> T:
+            with translate_errors(action, conversation):
+                async with engine.begin() as conn:
+                    return await work(conn)
+
+        return await run_to_completion(transaction())
+
+    def _owned(self, conversation: str) -> ColumnElement[bool]:
+        """The condition that a conversation row is visible through this store."""
+        cond = _conv.c.id == conversation
+        if self._owner is not None:
+            cond = and_(cond, _conv.c.owner == self._owner)
+        return cond
+
+    def _visible(self, conversation: str) -> ColumnElement[bool] | None:
+        """For a view: the condition (on any table) that ``conversation`` is the user's."""
+        if self._owner is None:
+            return None
+        return exists().where(self._owned(conversation))
+
+    async def _lock(self, conn: AsyncConnection, conversation: str) -> Any:
+        """Lock and read a conversation row; ``NotFound`` when a view may not see it.
+
+        Returns the row, or ``None`` when no conversation has that id.
+        """
+        stmt = select(_conv.c.length, _conv.c.owner).where(_conv.c.id == conversation)
+        row = (await conn.execute(_dialects.for_update(self._dialect, stmt))).first()
+        if row is not None and self._owner is not None and row.owner != self._owner:
+            raise NotFound(f"conversation {conversation!r} not found")
+        return row
+
+    async def _touch(self, conn: AsyncConnection, conversation: str, now: datetime) -> None:
+        """Create the conversation when needed and mark it changed, under its lock.
+
+        Raises ``NotFound`` when the id is taken by a conversation this view may not see.
+        """
+        ins = _dialects.insert(self._dialect, _conv).values(
+            id=conversation, owner=self._owner, length=0, created_at=now, updated_at=now
+        )
+        where = None if self._owner is None else (_conv.c.owner == self._owner)
+        stmt = ins.on_conflict_do_update(
+            index_elements=[_conv.c.id], set_={"updated_at": now}, where=where
+        ).returning(_conv.c.id)
+        if (await conn.execute(stmt)).first() is None:
+            raise NotFound(f"conversation {conversation!r} not found")
+
+    # ------------------------------------------------------------------ reads
+
+    async def read(
+        self,
+        conversation: str,
+        *,
+        limit: int | None = None,
+        start: int = 0,
+        stop: int | None = None,
+    ) -> list[Message]:
+        """The messages at positions ``start <= position < stop``, newest ``limit`` of them.
+
+        In stored order, as fresh values. ``read(c, limit=50)`` is the latest page and
+        ``read(c, stop=page[0].position, limit=50)`` the one before. Costs O(returned),
+        whatever the conversation's length. An unknown conversation gives ``[]``.
+
+        Raises:
+            InvalidId: bad conversation id.
+            ValueError: a negative ``limit``, ``start`` or ``stop``.
+        """
+        validate_id(conversation)
+        limit = _count(limit, "limit")
+        start = _count(start, "start", allow_none=False) or 0
+        stop = _count(stop, "stop")
+        if limit == 0 or (stop is not None and stop <= start):
+            return []
+        cond = and_(_msg.c.conversation_id == conversation, _msg.c.position >= start)
+        if stop is not None:
+            cond = and_(cond, _msg.c.position < stop)
+        visible = self._visible(conversation)
+        if visible is not None:
+            cond = and_(cond, visible)
+        stmt = select(_msg.c.data, _msg.c.position, _msg.c.created_at).where(cond)
+        if limit is None:
+            stmt = stmt.order_by(_msg.c.position)
+        else:
+            stmt = stmt.order_by(_msg.c.position.desc()).limit(limit)
+
+        async def work(conn: AsyncConnection) -> list[Message]:
+            rows = (await conn.execute(stmt)).all()
+            return [Message._stored(r[0], r[1], r[2]) for r in rows]
+
+        result = await self._run(work, write=False, action="read", conversation=conversation)
+        if limit is not None:
+            result.reverse()
+        return result
+
+    async def _read_system(self, conversation: str) -> list[Message]:
+        """Every system message of the conversation, in order (found by index)."""
+        validate_id(conversation)
+        cond = and_(_msg.c.conversation_id == conversation, _msg.c.role == _SYSTEM)
+        visible = self._visible(conversation)
+        if visible is not None:
+            cond = and_(cond, visible)
+        stmt = (
+            select(_msg.c.data, _msg.c.position, _msg.c.created_at)
+            .where(cond)
+            .order_by(_msg.c.position)
+        )
+
+        async def work(conn: AsyncConnection) -> list[Message]:
+            return [Message._stored(*r) for r in (await conn.execute(stmt)).all()]
+
+        return await self._run(work, write=False, action="read", conversation=conversation)
+
+    async def count(self, conversation: str) -> int:
+        """How many messages the conversation holds; 0 when it is unknown."""
+        validate_id(conversation)
+        stmt = select(_conv.c.length).where(self._owned(conversation))
+
+        async def work(conn: AsyncConnection) -> int:
+            return int((await conn.execute(stmt)).scalar() or 0)
+
+        return await self._run(work, write=False, action="count", conversation=conversation)
+
+    async def exists(self, conversation: str) -> bool:
+        """Whether the conversation exists (and, for a view, is the user's)."""
+        validate_id(conversation)
+        stmt = select(_conv.c.id).where(self._owned(conversation))
+
+        async def work(conn: AsyncConnection) -> bool:
+            return (await conn.execute(stmt)).first() is not None
+
+        return await self._run(work, write=False, action="exists", conversation=conversation)
+
+    # ------------------------------------------------------------------ write
+
+    def _prepare_sync(self, conversation: str, batch: Sequence[object]) -> _Prepared:
+        messages = [as_message(m) for m in batch]
+        limit = self._settings.max_message_bytes
+        for i, m in enumerate(messages):
+            if m.size > limit:
+                raise InvalidMessage(
+                    f"message {i} of the batch for conversation {conversation!r} has"
+                    f" {m.size} bytes of JSON, over the limit of {limit}"
+                )
+        counter = self._settings.count_tokens
+        tokens: list[int | None] = (
+            [int(counter(m)) for m in messages] if counter else [None] * len(messages)
+        )
+        digest = _codec.digest(_codec.canonical(m._dict()) for m in messages)
+        return _Prepared(messages, tokens, digest)
+
+    async def _prepare(self, conversation: str, batch: Iterable[MessageLike]) -> _Prepared:
+        if isinstance(batch, (str, bytes, Mapping, Message)):
+            raise InvalidMessage("write() takes a sequence of messages, not a single one")
+        items = list(batch)
+        if len(items) > self._settings.max_batch:
+            raise InvalidMessage(
+                f"a batch of {len(items)} messages for conversation {conversation!r} is over"
+                f" the limit of {self._settings.max_batch}"
+            )
+        raw = [m for m in items if not isinstance(m, Message)]
+        if raw and _codec.looks_large(raw):
+            return await asyncio.to_thread(self._prepare_sync, conversation, items)
+        return self._prepare_sync(conversation, items)
+
+    async def write(
+        self,
+        conversation: str,
+        messages: Iterable[MessageLike],
+        *,
+        at: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> WriteOutcome:
+        """Append a batch of messages, in one transaction: all of them or none.
+
+        Creates the conversation when it does not exist.
+
+        Args:
+            conversation: the conversation id.
+            messages: ``Message`` values or message dicts, stored in this order.
+            at: where the batch's first message belongs. ``None`` appends after whatever
+                is stored. With ``at=k``, fewer than ``k`` stored messages is a gap
+                (``ConflictError``); stored messages from ``k`` on must equal the start
+                of the batch (they are confirmed, not written again), else
+                ``ConflictError``; the rest is appended. So ``at=count`` read earlier is
+                an optimistic check, and a retry with the same ``at`` never duplicates.
+            idempotency_key: when a batch was already stored in this conversation
+                under this key, nothing is written and the whole batch is confirmed;
+                a different batch under a used key is a ``ConflictError``.
+
+        Returns:
+            ``WriteOutcome(accepted=len(batch), uncertain=False, length=...)``.
+
+        Raises:
+            InvalidId: bad conversation id or idempotency key.
+            InvalidMessage: a message is not storable, over ``max_message_bytes``, or
+                the batch is over ``max_batch``. Nothing is written.
+            ConflictError: see ``at`` and ``idempotency_key``. Nothing is written.
+            NotFound: through a scoped view, the id belongs to another user.
+            WriteError: the database failed. ``.outcome`` says what is known;
+                ``.idempotency_key`` makes writing the same batch again safe. When the
+                commit's fate was unknown and the database could be reached again,
+                the store found out itself: stored means this returns normally.
+        """
+        validate_id(conversation)
+        at = _count(at, "at")
+        caller_key = idempotency_key is not None
+        key = (
+            validate_id(idempotency_key, what="idempotency key")
+            if idempotency_key is not None
+            else uuid.uuid4().hex
+        )
+        prepared = await self._prepare(conversation, messages)
+        self._check_open()
+        return await run_to_completion(
+            self._write_settled(conversation, prepared, at, key, caller_key)
+        )
+
+    async def _write_settled(
+        self, conversation: str, batch: _Prepared, at: int | None, key: str, caller_key: bool
+    ) -> WriteOutcome:
+        phase = "body"
+        outcome = _ZERO
+        try:
+            async with self._writer.connect() as conn:
+                async with conn.begin():
+                    outcome = await self._write_tx(conn, conversation, batch, at, key, caller_key)
+                    phase = "commit"
+                phase = "done"
+        except HistStoreError:
+            raise
+        except (sa_exc.SQLAlchemyError, OSError, ConnectionError, asyncio.TimeoutError) as exc:
+            if phase == "done":
+                return outcome  # committed; only giving the connection back failed
+            if phase == "body":
+                raise WriteError(
+                    f"write to conversation {conversation!r} failed before commit:"
+                    f" {describe(exc)}",
+                    outcome=_ZERO,
+                    idempotency_key=key,
+                ) from exc
+            length = await self._was_stored(conversation, key, exc)
+            if length is None:
+                raise WriteError(
+                    f"write to conversation {conversation!r} failed while committing"
+                    f" ({describe(exc)}) and the database could not be asked whether it"
+                    " was stored; write the same batch again with its idempotency_key",
+                    outcome=WriteOutcome(0, True, None),
+                    idempotency_key=key,
+                ) from exc
+            return WriteOutcome(len(batch.messages), False, length)
+        return outcome
+
+    async def _was_stored(
+        self, conversation: str, key: str, cause: BaseException
+    ) -> int | None:
+        """After a commit of unknown fate: the length if the batch is stored, else None.
+
+        Raises ``WriteError`` (certain, nothing stored) when the database answers that
+        the batch is not there; returns ``None`` when it cannot be reached.
+        """
+        stmt = (
+            select(_conv.c.length)
+            .select_from(_writes.join(_conv, _conv.c.id == _writes.c.conversation_id))
+            .where(_writes.c.conversation_id == conversation, _writes.c.key == key)
+        )
+        try:
+            async with self._reader.connect() as conn:
+                row = (await conn.execute(stmt)).first()
+        except (sa_exc.SQLAlchemyError, OSError, ConnectionError, asyncio.TimeoutError):
+            return None
+        if row is None:
+            raise WriteError(
+                f"write to conversation {conversation!r} failed while committing"
+                f" ({describe(cause)}) and was not stored",
+                outcome=_ZERO,
+                idempotency_key=key,
+            ) from cause
+        return int(row[0])
+
+    async def _write_tx(
+        self,
+        conn: AsyncConnection,
+        conversation: str,
+        batch: _Prepared,
+        at: int | None,
+        key: str,
+        caller_key: bool,
+    ) -> WriteOutcome:
+        n = len(batch.messages)
+        now = _now()
+        if not caller_key:
+            # Fast path: one statement locks the row, checks, and hands out positions.
+            if at is None:
+                ins = _dialects.insert(self._dialect, _conv).values(
+                    id=conversation, owner=self._owner, length=n, created_at=now, updated_at=now
+                )
+                where = None if self._owner is None else (_conv.c.owner == self._owner)
+                stmt: Any = ins.on_conflict_do_update(
+                    index_elements=[_conv.c.id],
+                    set_={"length": _conv.c.length + n, "updated_at": now},
+                    where=where,
+                ).returning(_conv.c.length)
+            else:
+                stmt = (
+                    update(_conv)
+                    .where(self._owned(conversation), _conv.c.length == at)
+                    .values(length=at + n, updated_at=now)
+                    .returning(_conv.c.length)
+                )
+            length = (await conn.execute(stmt)).scalar()
+            if length is not None:
+                await self._insert_batch(conn, conversation, batch, length - n, 0, key, now)
+                return WriteOutcome(n, False, length)
+            if at is None:
+                raise NotFound(f"conversation {conversation!r} not found")
+        # General path: lock the conversation row, then decide.
+        row = await self._lock(conn, conversation)
+        if row is None:
+            if at not in (None, 0):
+                raise ConflictError(
+                    f"write to conversation {conversation!r} at {at} leaves a gap: it holds"
+                    " 0 messages",
+                    outcome=_ZERO,
+                )
+            await self._touch(conn, conversation, now)
+            length = 0
+        else:
+            length = int(row.length)
+        if caller_key:
+            rec = (
+                await conn.execute(
+                    select(_writes.c.digest, _writes.c.count).where(
+                        _writes.c.conversation_id == conversation, _writes.c.key == key
+                    )
+                )
+            ).first()
+            if rec is not None:
+                if rec.digest != batch.digest or rec.count != n:
+                    raise ConflictError(
+                        f"idempotency key already used for another batch in conversation"
+                        f" {conversation!r}",
+                        outcome=_ZERO,
+                    )
+                return WriteOutcome(n, False, length)
+        first = length if at is None else at
+        if first > length:
+            raise ConflictError(
+                f"write to conversation {conversation!r} at {first} leaves a gap: it holds"
+                f" {length} messages",
+                outcome=_ZERO,
+            )
+        overlap = min(length - first, n)
+        if overlap:
+            stored = (
+                await conn.execute(
+                    select(_msg.c.data)
+                    .where(
+                        _msg.c.conversation_id == conversation,
+                        _msg.c.position >= first,
+                        _msg.c.position < first + overlap,
+                    )
+                    .order_by(_msg.c.position)
+                )
+            ).scalars()
+            for i, text in enumerate(stored):
+                if Message._stored(text, first + i, None) != batch.messages[i]:
+                    raise ConflictError(
+                        f"write to conversation {conversation!r} at {first}: message"
+                        f" {first + i} differs from the one stored",
+                        outcome=_ZERO,
+                    )
+        appended = n - overlap
+        new_length = length + appended
+        await conn.execute(
+            update(_conv)
+            .where(_conv.c.id == conversation)
+            .values(length=new_length, updated_at=now)
+        )
+        await self._insert_batch(conn, conversation, batch, length, overlap, key, now, first)
+        return WriteOutcome(n, False, new_length)
+
+    async def _insert_batch(
+        self,
+        conn: AsyncConnection,
+        conversation: str,
+        batch: _Prepared,
+        position: int,
+        skip: int,
+        key: str,
+        now: datetime,
+        first: int | None = None,
+    ) -> None:
+        """Insert ``batch.messages[skip:]`` from ``position`` on, and the batch's record."""
+        rows = [
+            {
+                "conversation_id": conversation,
+                "position": position + i,
+                "role": m.role,
+                "data": m._text,
+                "token_count": tokens,
+                "created_at": now,
+            }
+            for i, (m, tokens) in enumerate(
+                zip(batch.messages[skip:], batch.tokens[skip:], strict=True)
+            )
+        ]
+        if rows:
+            await conn.execute(_msg.insert(), rows if len(rows) > 1 else rows[0])
+        await conn.execute(
+            _writes.insert().values(
+                conversation_id=conversation,
+                key=key,
+                position=position if first is None else first,
+                count=len(batch.messages),
+                digest=batch.digest,
+                created_at=now,
+            )
+        )
+
+    # ------------------------------------------------------------------ pop, clear
+
+    async def pop(self, conversation: str) -> Message | None:
+        """Remove and return the newest message; ``None`` when there is none."""
+        validate_id(conversation)
+
+        async def work(conn: AsyncConnection) -> Message | None:
+            length = (
+                await conn.execute(
+                    update(_conv)
+                    .where(self._owned(conversation), _conv.c.length > 0)
+                    .values(length=_conv.c.length - 1, updated_at=_now())
+                    .returning(_conv.c.length)
+                )
+            ).scalar()
+            if length is None:
+                return None
+            row = (
+                await conn.execute(
+                    delete(_msg)
+                    .where(_msg.c.conversation_id == conversation, _msg.c.position == length)
+                    .returning(_msg.c.data, _msg.c.position, _msg.c.created_at)
+                )
+            ).first()
+            if row is None:
+                raise HistStoreError(f"conversation {conversation!r} is missing a message")
+            return Message._stored(row[0], row[1], row[2])
+
+        return await self._run(work, write=True, action="pop", conversation=conversation)
+
+    async def clear(self, conversation: str) -> None:
+        """Remove the conversation and everything it holds. Idempotent."""
+        validate_id(conversation)
+
+        async def work(conn: AsyncConnection) -> None:
+            if self._owner is not None:
+                row = (await conn.execute(select(_conv.c.owner).where(_conv.c.id == conversation))).first()
+                if row is None or row.owner != self._owner:
+                    return
+            await self._delete_all(conn, [conversation])
+
+        await self._run(work, write=True, action="clear", conversation=conversation)
+
+    async def _delete_all(self, conn: AsyncConnection, ids: Sequence[str] | Select[Any]) -> None:
+        for table in s.CONVERSATION_TABLES:
+            await conn.execute(delete(table).where(table.c.conversation_id.in_(ids)))
+        await conn.execute(delete(_conv).where(_conv.c.id.in_(ids)))
+
+    # ------------------------------------------------------------------ listing
+
+    async def conversations(
+        self,
+        *,
+        user: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        order: Order = "id",
+        descending: bool = False,
+    ) -> list[str]:
+        """Conversation ids, filtered, ordered and paged.
+
+        Args:
+            user: keep only conversations this user owns.
+            metadata: keep those whose metadata holds every given key with an equal
+                value (compared as JSON with object keys in any order; ``1`` and ``1.0``
+                differ). A ``None`` value keeps those that do not have the key.
+            limit, offset: a page of the result.
+            order: ``"id"`` (code-point order, as ``sorted``), ``"created"`` or
+                ``"updated"``; ties are broken by id. ``descending`` reverses the whole
+                order.
+
+        Every filter and order is served by an index: a page costs O(limit + offset)
+        when the filters match most conversations.
+        """
+        if user is not None:
+            validate_id(user, what="user")
+        limit = _count(limit, "limit")
+        offset = _count(offset, "offset", allow_none=False) or 0
+        if order not in ("id", "created", "updated"):
+            raise ValueError("order must be 'id', 'created' or 'updated'")
+        if self._owner is not None:
+            if user is not None and user != self._owner:
+                return []
+            user = self._owner
+        stmt = select(_conv.c.id)
+        if user is not None:
+            stmt = stmt.where(_conv.c.owner == user)
+        if metadata:
+            stmt = stmt.where(*self._metadata_filter(metadata))
+        keys = {
+            "id": [_conv.c.id],
+            "created": [_conv.c.created_at, _conv.c.id],
+            "updated": [_conv.c.updated_at, _conv.c.id],
+        }[order]
+        stmt = stmt.order_by(*(k.desc() if descending else k.asc() for k in keys))
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        if offset:
+            stmt = stmt.offset(offset)
+
+        async def work(conn: AsyncConnection) -> list[str]:
+            return list((await conn.execute(stmt)).scalars())
+
+        return await self._run(work, write=False, action="list conversations")
+
+    @staticmethod
+    def _metadata_filter(metadata: Mapping[str, Any]) -> list[ColumnElement[bool]]:
+        md = s.metadata_entries
+        conds: list[ColumnElement[bool]] = []
+        for k, v in metadata.items():
+            _check_key(k)
+            if v is None:
+                conds.append(
+                    ~exists().where(md.c.conversation_id == _conv.c.id, md.c.key == k)
+                )
+                continue
+            _codec.encode(v, what="metadata value")
+            conds.append(
+                exists().where(
+                    md.c.key == k,
+                    md.c.digest == _codec.canonical_digest(v),
+                    md.c.conversation_id == _conv.c.id,
+                )
+            )
+        return conds
+
+
+def _check_key(key: object) -> str:
+    """Metadata keys follow the id rules; a bad one is an ``InvalidMessage``."""
+    try:
+        return validate_id(key, what="metadata key")
+    except HistStoreError as exc:
+        raise InvalidMessage(str(exc)) from None

@@ -1,0 +1,84 @@
+"""Alembic environment for histstore's tables.
+
+Used three ways: by histstore itself (``connect()`` and ``histstore migrate`` hand over a
+connection in ``config.attributes["connection"]``), offline (``--sql``), and by the
+``alembic`` command from a checkout, with the URL from ``-x url=...`` or HISTSTORE_URL.
+Only tables named ``histstore_*`` are considered, so the migrations can share a database
+(and an ``alembic check``) with a host application's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from alembic import context
+from sqlalchemy import URL
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
+
+from histstore._engine import resolve_target
+from histstore._schema import VERSION_TABLE, metadata
+
+config = context.config
+
+
+def _include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    if type_ == "table":
+        return name is not None and name.startswith("histstore_")
+    return True
+
+
+def _options() -> dict[str, Any]:
+    return {
+        "target_metadata": metadata,
+        "version_table": VERSION_TABLE,
+        "include_name": _include_name,
+        "compare_type": True,
+    }
+
+
+def _url() -> str:
+    url = context.get_x_argument(as_dictionary=True).get("url") or config.get_main_option(
+        "sqlalchemy.url"
+    )
+    resolved = resolve_target(url or None)
+    if not isinstance(resolved, URL):
+        raise TypeError("the migration environment needs a database URL")
+    return resolved.render_as_string(hide_password=False)
+
+
+def run_offline() -> None:
+    context.configure(url=_url(), literal_binds=True, **_options())
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def _run(connection: Connection) -> None:
+    context.configure(connection=connection, **_options())
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _run_async() -> None:
+    engine = create_async_engine(_url(), poolclass=NullPool)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(_run)
+    finally:
+        await engine.dispose()
+
+
+def run_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _run(connection)
+    else:
+        asyncio.run(_run_async())
+
+
+if context.is_offline_mode():
+    run_offline()
+else:
+    run_online()
