@@ -127,8 +127,10 @@ async def _open(
 ) -> Store:
     resolved = resolve_target(target)
     owns = not isinstance(resolved, AsyncEngine)
-    engine = resolved if isinstance(resolved, AsyncEngine) else make_engine(
-        resolved, busy_timeout=busy_timeout
+    engine = (
+        resolved
+        if isinstance(resolved, AsyncEngine)
+        else make_engine(resolved, busy_timeout=busy_timeout)
     )
     sqlite = engine.dialect.name == "sqlite"
     settings = StoreSettings(
@@ -157,7 +159,9 @@ async def _open(
     return Store(engine, owns_engine=owns, settings=settings)
 
 
-async def _prepare_schema(engine: AsyncEngine, settings: StoreSettings, migrate: bool | None) -> None:
+async def _prepare_schema(
+    engine: AsyncEngine, settings: StoreSettings, migrate: bool | None
+) -> None:
     """Check the schema and, where asked (or on SQLite by default), upgrade it."""
     options: dict[str, Any] = {}
     if settings.sqlite is not None:
@@ -188,4 +192,3 @@ async def _journal_mode(conn: AsyncConnection) -> str:
     mode = str(result.scalar()).lower()
     await conn.commit()
     return mode
-

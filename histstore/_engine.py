@@ -98,9 +98,8 @@ def resolve_target(target: object) -> URL | AsyncEngine:
 def is_memory_url(url: URL) -> bool:
     """True for an SQLite URL naming a private in-memory database."""
     db = url.database
-    return (
-        url.get_backend_name() == "sqlite"
-        and (not db or db == ":memory:" or url.query.get("mode") == "memory")
+    return url.get_backend_name() == "sqlite" and (
+        not db or db == ":memory:" or url.query.get("mode") == "memory"
     )
 
 

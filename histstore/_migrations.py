@@ -23,7 +23,6 @@ from ._schema import VERSION_TABLE
 __all__ = ["SchemaStatus", "alembic_config", "schema_status", "scripts_dir", "upgrade"]
 
 
-
 def scripts_dir() -> Path:
     """The folder holding ``env.py`` and ``versions/``."""
     here = Path(__file__).resolve().parent
@@ -86,7 +85,9 @@ def check(status: SchemaStatus, url: str) -> None:
             " of histstore; upgrade the histstore package"
         )
     if status.current is None:
-        raise SchemaError(f"the database has no histstore schema; create it with: {upgrade_command(url)}")
+        raise SchemaError(
+            f"the database has no histstore schema; create it with: {upgrade_command(url)}"
+        )
     if not status.up_to_date:
         raise SchemaError(
             f"the database schema (revision {status.current}) is older than this version"

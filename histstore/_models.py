@@ -1,4 +1,4 @@
-"""The values histstore hands out and takes in: Message, Summary, WriteOutcome, ConversationState."""
+"""The values histstore hands out and takes in: messages, summaries, outcomes, states."""
 
 from __future__ import annotations
 
@@ -100,14 +100,14 @@ class Message:
         if data is None:
             data = _codec.decode(self._text)
             object.__setattr__(self, "_data", data)
-        return data  # type: ignore[return-value]
+        return data
 
     @property
     def role(self) -> str:
         """The message's ``role``, else its ``type``."""
         d = self._dict()
         role = d.get("role")
-        return role if isinstance(role, str) else d["type"]  # type: ignore[no-any-return]
+        return role if isinstance(role, str) else str(d["type"])
 
     @property
     def content(self) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, TypeVar
 
@@ -16,6 +16,7 @@ from sqlalchemy import (
     delete,
     exists,
     func,
+    literal,
     literal_column,
     select,
     update,
@@ -48,7 +49,7 @@ _conv = s.conversations
 _msg = s.messages
 _writes = s.writes
 _ZERO = WriteOutcome(0, False, None)
-_SYSTEM = literal_column("'system'")  # a literal, so SQLite can use the partial index
+_SYSTEM: ColumnElement[str] = literal_column("'system'")  # a literal, so SQLite can use the partial index
 
 
 def _now() -> datetime:
@@ -418,8 +419,7 @@ class Store:
                 return outcome  # committed; only giving the connection back failed
             if phase == "body":
                 raise WriteError(
-                    f"write to conversation {conversation!r} failed before commit:"
-                    f" {describe(exc)}",
+                    f"write to conversation {conversation!r} failed before commit: {describe(exc)}",
                     outcome=_ZERO,
                     idempotency_key=key,
                 ) from exc
@@ -435,9 +435,7 @@ class Store:
             return WriteOutcome(len(batch.messages), False, length)
         return outcome
 
-    async def _was_stored(
-        self, conversation: str, key: str, cause: BaseException
-    ) -> int | None:
+    async def _was_stored(self, conversation: str, key: str, cause: BaseException) -> int | None:
         """After a commit of unknown fate: the length if the batch is stored, else None.
 
         Raises ``WriteError`` (certain, nothing stored) when the database answers that
@@ -520,7 +518,7 @@ class Store:
                 )
             ).first()
             if rec is not None:
-                if rec.digest != batch.digest or rec.count != n:
+                if rec[0] != batch.digest or rec[1] != n:
                     raise ConflictError(
                         f"idempotency key already used for another batch in conversation"
                         f" {conversation!r}",
@@ -638,7 +636,9 @@ class Store:
 
         async def work(conn: AsyncConnection) -> None:
             if self._owner is not None:
-                row = (await conn.execute(select(_conv.c.owner).where(_conv.c.id == conversation))).first()
+                row = (
+                    await conn.execute(select(_conv.c.owner).where(_conv.c.id == conversation))
+                ).first()
                 if row is None or row.owner != self._owner:
                     return
             await self._delete_all(conn, [conversation])
@@ -649,6 +649,460 @@ class Store:
         for table in s.CONVERSATION_TABLES:
             await conn.execute(delete(table).where(table.c.conversation_id.in_(ids)))
         await conn.execute(delete(_conv).where(_conv.c.id.in_(ids)))
+
+    # ------------------------------------------------------------------ state
+
+    async def load(self, conversation: str) -> ConversationState:
+        """Everything the conversation holds but its lists, read in one transaction.
+
+        Raises:
+            NotFound: the conversation does not exist (or is not this view's).
+        """
+        validate_id(conversation)
+
+        async def work(conn: AsyncConnection) -> ConversationState:
+            row = (
+                await conn.execute(
+                    select(
+                        _conv.c.owner,
+                        _conv.c.system_prompt,
+                        _conv.c.created_at,
+                        _conv.c.updated_at,
+                    ).where(self._owned(conversation))
+                )
+            ).first()
+            if row is None:
+                raise NotFound(f"conversation {conversation!r} not found")
+            rows = (
+                await conn.execute(
+                    select(_msg.c.data, _msg.c.position, _msg.c.created_at, _msg.c.token_count)
+                    .where(_msg.c.conversation_id == conversation)
+                    .order_by(_msg.c.position)
+                )
+            ).all()
+            summaries = await self._summaries(conn, conversation)
+            metadata = await self._metadata(conn, conversation)
+            return ConversationState(
+                conversation,
+                user=row.owner,
+                messages=tuple(Message._stored(r[0], r[1], r[2]) for r in rows),
+                system_prompt=row.system_prompt,
+                summaries=tuple(summaries),
+                metadata=metadata or None,
+                token_count=sum(r[3] or 0 for r in rows),
+                created_at=row.created_at,
+                updated_at=row.updated_at,
+            )
+
+        return await self._run(work, write=False, action="load", conversation=conversation)
+
+    async def save(self, state: ConversationState) -> None:
+        """Replace the whole conversation with ``state``, in one transaction.
+
+        Messages (renumbered from 0, keeping their ``created_at`` when they have one),
+        summaries, metadata (``None``: none), owner and system prompt are replaced;
+        named lists are left as they are, and so are the conversation's creation time
+        when it exists. ``state.token_count`` is not stored: counts are recorded per
+        message by ``connect(count_tokens=...)``. Through a scoped view the conversation
+        is owned by the view's user, whatever ``state.user`` says. Meant for seeding and
+        administration, not hot paths: it costs O(size of the conversation).
+
+        Raises:
+            NotFound: through a view, the id belongs to a conversation it may not see.
+        """
+        await self._save(state, keep_times=False)
+
+    async def _save(self, state: ConversationState, *, keep_times: bool) -> None:
+        """``save``; with ``keep_times`` the state's own times are kept (import)."""
+        if not isinstance(state, ConversationState):
+            raise TypeError("save() takes a ConversationState")
+        conversation = state.id
+        owner = self._owner if self._owner is not None else state.user
+        prepared = await self._prepare(conversation, state.messages)
+        summary_rows = [_summary_row(conversation, i, sm) for i, sm in enumerate(state.summaries)]
+        meta_rows = _metadata_rows(conversation, state.metadata or {})
+
+        async def work(conn: AsyncConnection) -> None:
+            now = _now()
+            row = (
+                await conn.execute(
+                    _dialects.for_update(
+                        self._dialect,
+                        select(_conv.c.owner, _conv.c.created_at).where(_conv.c.id == conversation),
+                    )
+                )
+            ).first()
+            if row is not None and self._owner is not None and row.owner != self._owner:
+                raise NotFound(f"conversation {conversation!r} not found")
+            for table in (_msg, _writes, s.summaries, s.metadata_entries):
+                await conn.execute(delete(table).where(table.c.conversation_id == conversation))
+            created = state.created_at if keep_times and state.created_at else None
+            if created is None:
+                created = row.created_at if row is not None else (state.created_at or now)
+            updated = (state.updated_at if keep_times else None) or now
+            values = {
+                "owner": owner,
+                "system_prompt": state.system_prompt,
+                "length": len(prepared.messages),
+                "created_at": created,
+                "updated_at": updated,
+            }
+            if row is None:
+                await conn.execute(_conv.insert().values(id=conversation, **values))
+            else:
+                await conn.execute(update(_conv).where(_conv.c.id == conversation).values(values))
+            rows = [
+                {
+                    "conversation_id": conversation,
+                    "position": i,
+                    "role": m.role,
+                    "data": m._text,
+                    "token_count": tokens,
+                    "created_at": m.created_at or now,
+                }
+                for i, (m, tokens) in enumerate(
+                    zip(prepared.messages, prepared.tokens, strict=True)
+                )
+            ]
+            for sm in summary_rows:
+                sm["created_at"] = sm["created_at"] or now
+            for table, batch in (
+                (_msg, rows),
+                (s.summaries, summary_rows),
+                (s.metadata_entries, meta_rows),
+            ):
+                if batch:
+                    await conn.execute(table.insert(), batch)
+
+        await self._run(work, write=True, action="save", conversation=conversation)
+
+    async def fork(self, source: str, target: str, *, upto: int | None = None) -> None:
+        """Make ``target`` a copy of ``source`` (or of its first ``upto`` messages).
+
+        Copies the messages (positions and times kept), the summaries that end before
+        ``upto``, metadata, named lists, owner and system prompt, in one transaction.
+        An ``upto`` past the end copies everything. Forking a prefix and going on with
+        the new id is how a conversation is reverted.
+
+        Raises:
+            NotFound: ``source`` does not exist (or is not this view's), or, through a
+                view, ``target`` belongs to a conversation it may not see.
+            ConflictError: ``target`` exists.
+        """
+        validate_id(source)
+        validate_id(target, what="target conversation id")
+        upto = _count(upto, "upto")
+
+        async def work(conn: AsyncConnection) -> None:
+            src = (
+                await conn.execute(
+                    _dialects.for_update(
+                        self._dialect,
+                        select(_conv.c.owner, _conv.c.system_prompt, _conv.c.length).where(
+                            self._owned(source)
+                        ),
+                    )
+                )
+            ).first()
+            if src is None:
+                raise NotFound(f"conversation {source!r} not found")
+            taken = (await conn.execute(select(_conv.c.owner).where(_conv.c.id == target))).first()
+            if taken is not None:
+                if self._owner is not None and taken.owner != self._owner:
+                    raise NotFound(f"conversation {target!r} not found")
+                raise ConflictError(f"conversation {target!r} already exists")
+            length = src.length if upto is None else min(upto, src.length)
+            now = _now()
+            await conn.execute(
+                _conv.insert().values(
+                    id=target,
+                    owner=src.owner,
+                    system_prompt=src.system_prompt,
+                    length=length,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            copies: list[tuple[Any, ColumnElement[bool] | None]] = [
+                (_msg, _msg.c.position < length),
+                (s.summaries, s.summaries.c.end < length),
+                (s.metadata_entries, None),
+                (s.lists, None),
+                (s.list_items, None),
+            ]
+            for table, cond in copies:
+                cols = [c for c in table.c if c.name != "conversation_id"]
+                where = table.c.conversation_id == source
+                if cond is not None:
+                    where = and_(where, cond)
+                sel = select(literal(target, _conv.c.id.type), *cols).where(where)
+                await conn.execute(
+                    table.insert().from_select(["conversation_id", *[c.name for c in cols]], sel)
+                )
+
+        await self._run(work, write=True, action="fork", conversation=source)
+
+    async def add_summary(self, conversation: str, summary: Summary) -> None:
+        """Add a summary to the conversation (created when needed).
+
+        Raises:
+            NotFound: through a view, the id belongs to a conversation it may not see.
+        """
+        validate_id(conversation)
+        if not isinstance(summary, Summary):
+            raise TypeError("add_summary() takes a Summary")
+        row = _summary_row(conversation, 0, summary)
+        sm = s.summaries
+
+        async def work(conn: AsyncConnection) -> None:
+            now = _now()
+            await self._touch(conn, conversation, now)
+            seq = (
+                await conn.execute(
+                    select(func.max(sm.c.seq)).where(sm.c.conversation_id == conversation)
+                )
+            ).scalar()
+            await conn.execute(
+                sm.insert().values(
+                    {
+                        **row,
+                        "seq": 0 if seq is None else seq + 1,
+                        "created_at": row.get("created_at") or now,
+                    }
+                )
+            )
+
+        await self._run(work, write=True, action="add summary", conversation=conversation)
+
+    async def summaries(self, conversation: str) -> list[Summary]:
+        """The conversation's summaries in the order added; ``[]`` when unknown."""
+        validate_id(conversation)
+
+        async def work(conn: AsyncConnection) -> list[Summary]:
+            visible = self._visible(conversation)
+            if visible is not None and (await conn.execute(select(visible))).scalar() is not True:
+                return []
+            return await self._summaries(conn, conversation)
+
+        return await self._run(work, write=False, action="summaries", conversation=conversation)
+
+    async def _summaries(self, conn: AsyncConnection, conversation: str) -> list[Summary]:
+        sm = s.summaries
+        rows = await conn.execute(
+            select(sm.c.start, sm.c.end, sm.c.content, sm.c.token_count, sm.c.created_at)
+            .where(sm.c.conversation_id == conversation)
+            .order_by(sm.c.seq)
+        )
+        return [
+            Summary(r.start, r.end, _codec.decode(r.content), r.token_count, r.created_at)
+            for r in rows
+        ]
+
+    async def metadata(self, conversation: str) -> dict[str, Any]:
+        """The conversation's metadata (``{}`` when it has none).
+
+        Raises:
+            NotFound: the conversation does not exist (or is not this view's).
+        """
+        validate_id(conversation)
+
+        async def work(conn: AsyncConnection) -> dict[str, Any]:
+            if (
+                await conn.execute(select(_conv.c.id).where(self._owned(conversation)))
+            ).first() is None:
+                raise NotFound(f"conversation {conversation!r} not found")
+            return await self._metadata(conn, conversation)
+
+        return await self._run(work, write=False, action="metadata", conversation=conversation)
+
+    async def _metadata(self, conn: AsyncConnection, conversation: str) -> dict[str, Any]:
+        md = s.metadata_entries
+        rows = await conn.execute(
+            select(md.c.key, md.c.value)
+            .where(md.c.conversation_id == conversation)
+            .order_by(md.c.key)
+        )
+        return {r.key: _codec.decode(r.value) for r in rows}
+
+    async def merge_metadata(self, conversation: str, updates: Mapping[str, Any]) -> None:
+        """Set the given top-level keys; a ``None`` value removes its key.
+
+        Other keys are left alone. Each key is written by its own upsert, never by
+        reading and rewriting the whole mapping, so concurrent merges of different keys
+        from any number of tasks or processes never lose one. Creates the conversation
+        when needed.
+
+        Raises:
+            InvalidMessage: a key breaks the id rules or a value does not survive a
+                JSON round trip. Nothing is written.
+            NotFound: through a view, the id belongs to a conversation it may not see.
+        """
+        validate_id(conversation)
+        if not isinstance(updates, Mapping):
+            raise TypeError("merge_metadata() takes a mapping")
+        sets = _metadata_rows(conversation, {k: v for k, v in updates.items() if v is not None})
+        removals = [_check_key(k) for k, v in updates.items() if v is None]
+        md = s.metadata_entries
+
+        async def work(conn: AsyncConnection) -> None:
+            await self._touch(conn, conversation, _now())
+            if sets:
+                ins = _dialects.insert(self._dialect, md)
+                stmt = ins.on_conflict_do_update(
+                    index_elements=[md.c.conversation_id, md.c.key],
+                    set_={"value": ins.excluded.value, "digest": ins.excluded.digest},
+                )
+                await conn.execute(stmt, sets)
+            if removals:
+                await conn.execute(
+                    delete(md).where(md.c.conversation_id == conversation, md.c.key.in_(removals))
+                )
+
+        await self._run(work, write=True, action="merge metadata", conversation=conversation)
+
+    # ------------------------------------------------------------------ named lists
+
+    async def list_append(self, conversation: str, name: str, items: Iterable[Any]) -> int:
+        """Append JSON values (or ``bytes``) to a named list; returns its new length.
+
+        Costs O(len(items)) however long the list is. Creates the conversation when
+        needed.
+
+        Raises:
+            InvalidId: bad conversation id or list name.
+            InvalidMessage: an item does not survive a JSON round trip.
+            NotFound: through a view, the id belongs to a conversation it may not see.
+        """
+        validate_id(conversation)
+        validate_id(name, what="list name")
+        if isinstance(items, (str, bytes, bytearray, Mapping)):
+            raise InvalidMessage("list_append() takes a sequence of items")
+        encoded = [_encode_item(item) for item in items]
+        k = len(encoded)
+        lists = s.lists
+
+        async def work(conn: AsyncConnection) -> int:
+            await self._touch(conn, conversation, _now())
+            ins = _dialects.insert(self._dialect, lists).values(
+                conversation_id=conversation, name=name, length=k
+            )
+            stmt = ins.on_conflict_do_update(
+                index_elements=[lists.c.conversation_id, lists.c.name],
+                set_={"length": lists.c.length + k},
+            ).returning(lists.c.length)
+            length = int((await conn.execute(stmt)).scalar_one())
+            if encoded:
+                rows = [
+                    {
+                        "conversation_id": conversation,
+                        "name": name,
+                        "idx": length - k + i,
+                        "value": value,
+                        "blob": blob,
+                    }
+                    for i, (value, blob) in enumerate(encoded)
+                ]
+                await conn.execute(s.list_items.insert(), rows)
+            return length
+
+        return await self._run(work, write=True, action="list append", conversation=conversation)
+
+    async def list_load(
+        self, conversation: str, name: str, *, start: int = 0, limit: int | None = None
+    ) -> list[Any]:
+        """The items of a named list from ``start`` on, at most ``limit`` of them.
+
+        A list never written is empty.
+
+        Raises:
+            NotFound: the conversation does not exist (or is not this view's).
+        """
+        validate_id(conversation)
+        validate_id(name, what="list name")
+        start = _count(start, "start", allow_none=False) or 0
+        limit = _count(limit, "limit")
+        li = s.list_items
+        stmt = (
+            select(li.c.value, li.c.blob)
+            .where(li.c.conversation_id == conversation, li.c.name == name, li.c.idx >= start)
+            .order_by(li.c.idx)
+        )
+        if limit is not None:
+            stmt = stmt.limit(limit)
+
+        async def work(conn: AsyncConnection) -> list[Any]:
+            await self._require(conn, conversation)
+            if limit == 0:
+                return []
+            return [
+                bytes(r.blob) if r.value is None else _codec.decode(r.value)
+                for r in await conn.execute(stmt)
+            ]
+
+        return await self._run(work, write=False, action="list load", conversation=conversation)
+
+    async def list_len(self, conversation: str, name: str) -> int:
+        """The length of a named list (0 when never written).
+
+        Raises:
+            NotFound: the conversation does not exist (or is not this view's).
+        """
+        validate_id(conversation)
+        validate_id(name, what="list name")
+        lists = s.lists
+
+        async def work(conn: AsyncConnection) -> int:
+            await self._require(conn, conversation)
+            length = (
+                await conn.execute(
+                    select(lists.c.length).where(
+                        lists.c.conversation_id == conversation, lists.c.name == name
+                    )
+                )
+            ).scalar()
+            return int(length or 0)
+
+        return await self._run(work, write=False, action="list length", conversation=conversation)
+
+    async def _require(self, conn: AsyncConnection, conversation: str) -> None:
+        found = (await conn.execute(select(_conv.c.id).where(self._owned(conversation)))).first()
+        if found is None:
+            raise NotFound(f"conversation {conversation!r} not found")
+
+    # ------------------------------------------------------------------ purge
+
+    async def purge(self, *, idle_for: timedelta) -> int:
+        """Delete the conversations not changed for longer than ``idle_for``.
+
+        Every change counts: messages, summaries, metadata, lists. Works in batches of
+        conversations, each in its own transaction; returns how many were deleted.
+        """
+        if not isinstance(idle_for, timedelta):
+            raise TypeError("idle_for must be a timedelta")
+        if idle_for < timedelta(0):
+            raise ValueError("idle_for must not be negative")
+        cutoff = _now() - idle_for
+        cond = _conv.c.updated_at < cutoff
+        if self._owner is not None:
+            cond = and_(cond, _conv.c.owner == self._owner)
+        # Locking the rows first means a conversation changed meanwhile is skipped
+        # whole (its lock makes the change wait, or the change makes it recent).
+        pick = _dialects.for_update(
+            self._dialect, select(_conv.c.id).where(cond).limit(_PURGE_BATCH)
+        )
+        total = 0
+        while True:
+
+            async def work(conn: AsyncConnection) -> int:
+                ids = list((await conn.execute(pick)).scalars())
+                if ids:
+                    await self._delete_all(conn, ids)
+                return len(ids)
+
+            done = await self._run(work, write=True, action="purge")
+            total += done
+            if done < _PURGE_BATCH:
+                return total
 
     # ------------------------------------------------------------------ listing
 
@@ -715,9 +1169,7 @@ class Store:
         for k, v in metadata.items():
             _check_key(k)
             if v is None:
-                conds.append(
-                    ~exists().where(md.c.conversation_id == _conv.c.id, md.c.key == k)
-                )
+                conds.append(~exists().where(md.c.conversation_id == _conv.c.id, md.c.key == k))
                 continue
             _codec.encode(v, what="metadata value")
             conds.append(
@@ -736,3 +1188,42 @@ def _check_key(key: object) -> str:
         return validate_id(key, what="metadata key")
     except HistStoreError as exc:
         raise InvalidMessage(str(exc)) from None
+
+
+_PURGE_BATCH = 500
+
+
+def _summary_row(conversation: str, seq: int, summary: Summary) -> dict[str, Any]:
+    text, _copy, _size = _codec.encode(summary.content, what="summary content")
+    return {
+        "conversation_id": conversation,
+        "seq": seq,
+        "start": summary.start,
+        "end": summary.end,
+        "content": text,
+        "token_count": summary.token_count,
+        "created_at": summary.created_at,
+    }
+
+
+def _metadata_rows(conversation: str, values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for k, v in values.items():
+        _check_key(k)
+        text, copy, _size = _codec.encode(v, what="metadata value")
+        rows.append(
+            {
+                "conversation_id": conversation,
+                "key": k,
+                "value": text,
+                "digest": _codec.canonical_digest(copy),
+            }
+        )
+    return rows
+
+
+def _encode_item(item: Any) -> tuple[str | None, bytes | None]:
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return None, bytes(item)
+    text, _copy, _size = _codec.encode(item, what="list item")
+    return text, None
