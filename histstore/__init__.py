@@ -5,6 +5,7 @@ and on PostgreSQL (asyncpg); Alembic migrations own the schema. Start with
 ``histstore.connect()``.
 """
 
+from . import turns as turns
 from ._connect import connect as connect
 from ._errors import CommitError as CommitError
 from ._errors import ConflictError as ConflictError
@@ -21,6 +22,8 @@ from ._models import Message as Message
 from ._models import Summary as Summary
 from ._models import WriteOutcome as WriteOutcome
 from ._store import Store as Store
+from .middleware import with_history as with_history
+from .window import WindowStore as WindowStore
 
 __version__ = "0.1.0"
 
@@ -36,9 +39,12 @@ __all__ = [
     "SchemaError",
     "Store",
     "Summary",
+    "WindowStore",
     "WindowTooSmall",
     "WriteError",
     "WriteOutcome",
     "connect",
+    "turns",
     "validate_id",
+    "with_history",
 ]

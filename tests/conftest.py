@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,12 +43,21 @@ class Backend:
         return histstore.connect(self.url, **options)
 
 
+def _in_thread(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run a coroutine to completion on a private loop (fixtures may run inside one)."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(lambda: asyncio.run(fn())).result()
+
+
 async def _pg_admin(sql: str) -> None:
     import asyncpg
 
     url = make_url(PG_ADMIN_URL)
     conn = await asyncpg.connect(
-        user=url.username, password=url.password, host=url.host, port=url.port,
+        user=url.username,
+        password=url.password,
+        host=url.host,
+        port=url.port,
         database=url.database,
     )
     try:
@@ -61,8 +71,8 @@ def pg_url() -> Iterator[str]:
     """A fresh Postgres database at the newest schema, dropped after the session."""
     name = f"histstore_test_{uuid.uuid4().hex[:12]}"
     try:
-        asyncio.run(_pg_admin(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:  # noqa: BLE001 - any failure means "no server"
+        _in_thread(lambda: _pg_admin(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:  # any failure means "no server"
         if REQUIRE_PG:
             pytest.fail(f"PostgreSQL is required (HISTSTORE_REQUIRE_POSTGRES) but: {exc!r}")
         pytest.skip(f"PostgreSQL not available: {exc!r}")
@@ -72,11 +82,11 @@ def pg_url() -> Iterator[str]:
         store = await histstore.connect(url, migrate=True)
         await store.close()
 
-    asyncio.run(migrate())
+    _in_thread(migrate)
     try:
         yield url
     finally:
-        asyncio.run(_pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        _in_thread(lambda: _pg_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 async def _truncate_pg(url: str) -> None:
