@@ -1,0 +1,241 @@
+"""WindowStore: read a conversation as its system prompt plus its newest whole turns."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ._errors import WindowTooSmall
+from ._models import Message, MessageLike, WriteOutcome
+from .turns import _is_system, _starts_turn
+
+if TYPE_CHECKING:
+    from ._store import Store
+
+__all__ = ["WindowStore"]
+
+# Pages read backwards from the newest message. With a message limit the first page is
+# sized to the limit (one read is then usually enough); with only a token limit the
+# window's length is unknown, so pages start small and double, which bounds what is read
+# beyond the window by the last page.
+_FIRST_TOKEN_PAGE = 64
+_MAX_PAGE = 1024
+
+
+def _limit(name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int or None, not {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be at least 1, not {value}")
+    return value
+
+
+def _merge_system(messages: Sequence[Message]) -> Message:
+    """One system message standing for all of ``messages`` (see ``WindowStore``)."""
+    parts = [c for c in (m.content for m in messages) if c is not None]
+    content: Any
+    if len(parts) == 1:
+        content = parts[0]
+    elif all(isinstance(c, str) for c in parts):
+        content = "\n\n".join(parts)
+    else:
+        content = []
+        for c in parts:
+            if isinstance(c, list):
+                content.extend(c)
+            elif isinstance(c, str):
+                content.append({"type": "text", "text": c})
+            else:
+                content.append(c)
+    return Message.system(content)
+
+
+class WindowStore:
+    """A view of a store whose ``read`` returns only what fits a context window.
+
+    ``read(conversation)`` returns one system message merging every system message of
+    the history (left out when there is none), then the longest suffix of whole turns
+    (``histstore.turns``) that fits. The merged message counts toward both limits. It is
+    ``{"role": "system", "content": ...}``: a single content is kept as it is; string
+    contents are joined with a blank line, in order; when any content is a list of
+    blocks, the lists are concatenated, a string becoming a ``{"type": "text", "text":
+    ...}`` block and any other value one item. ``None`` contents are skipped and other
+    fields of the system messages are not kept. Whole turns never separate a tool call
+    from its result. Messages keep their ``position`` and ``created_at``; the merged
+    system message is new (``position`` is ``None``). ``write``, ``count``, ``pop``,
+    ``clear`` and ``exists`` pass through to the store unchanged.
+
+    ``read`` costs what the window holds, not what the history holds: it fetches the
+    system messages by index, then pages backwards from the newest message and stops at
+    the first turn that does not fit. The pages are separate reads, not one snapshot.
+
+    Args:
+        store: the store to read and write.
+        max_messages: the most messages a window holds (the system message included).
+        max_tokens: the most tokens a window holds, as ``count_tokens`` counts them.
+        count_tokens: ``Message -> int``; defaults to the store's (``connect(count_tokens=)``).
+            Used only with ``max_tokens``.
+
+    Raises:
+        TypeError: a limit is not an int, or ``count_tokens`` is not callable.
+        ValueError: a limit is below 1, neither limit is given, or ``max_tokens`` is
+            given with no token counter here nor on the store.
+    """
+
+    __slots__ = ("_count_tokens", "_max_messages", "_max_tokens", "_store")
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        max_messages: int | None = None,
+        max_tokens: int | None = None,
+        count_tokens: Callable[[Message], int] | None = None,
+    ) -> None:
+        self._max_messages = _limit("max_messages", max_messages)
+        self._max_tokens = _limit("max_tokens", max_tokens)
+        if self._max_messages is None and self._max_tokens is None:
+            raise ValueError("WindowStore needs max_messages or max_tokens (or both)")
+        if count_tokens is not None and not callable(count_tokens):
+            raise TypeError("count_tokens must be a function Message -> int")
+        counter = count_tokens if count_tokens is not None else store.count_tokens
+        if self._max_tokens is not None and counter is None:
+            raise ValueError(
+                "max_tokens needs a token counter: pass count_tokens= to WindowStore"
+                " or to histstore.connect()"
+            )
+        self._store = store
+        self._count_tokens = counter
+
+    @property
+    def store(self) -> Store:
+        """The store underneath."""
+        return self._store
+
+    @property
+    def max_messages(self) -> int | None:
+        """The most messages a window holds, or ``None``."""
+        return self._max_messages
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The most tokens a window holds, or ``None``."""
+        return self._max_tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"WindowStore({self._store!r}, max_messages={self._max_messages},"
+            f" max_tokens={self._max_tokens})"
+        )
+
+    def _tokens(self, message: Message) -> int:
+        if self._max_tokens is None or self._count_tokens is None:
+            return 0
+        n = self._count_tokens(message)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise ValueError("count_tokens must return an int >= 0")
+        return n
+
+    def _fits(self, messages: int, tokens: int) -> bool:
+        return (self._max_messages is None or messages <= self._max_messages) and (
+            self._max_tokens is None or tokens <= self._max_tokens
+        )
+
+    def _too_small(self, conversation: str, what: str) -> WindowTooSmall:
+        return WindowTooSmall(
+            f"{what} of conversation {conversation!r} does not fit the window"
+            f" (max_messages={self._max_messages}, max_tokens={self._max_tokens})"
+        )
+
+    async def read(self, conversation: str) -> list[Message]:
+        """The window: the merged system message, then the newest turns that fit.
+
+        An unknown or empty conversation gives ``[]``.
+
+        Raises:
+            WindowTooSmall: the newest turn (or the merged system message) alone does
+                not fit the limits.
+            InvalidId: bad conversation id.
+        """
+        store = self._store
+        head: list[Message] = []
+        used_messages = used_tokens = 0
+        systems = await store._read_system(conversation)
+        if systems:
+            merged = _merge_system(systems)
+            head.append(merged)
+            used_messages, used_tokens = 1, self._tokens(merged)
+            if not self._fits(used_messages, used_tokens):
+                raise self._too_small(conversation, "the merged system message")
+
+        kept: list[list[Message]] = []  # whole turns, newest first, each newest first
+        turn: list[Message] = []  # the turn being gathered, newest first
+        turn_tokens = 0
+        stop: int | None = None
+        size = _MAX_PAGE if self._max_tokens is None else _FIRST_TOKEN_PAGE
+        while True:
+            want = size
+            if self._max_messages is not None:
+                # One message past the room left is enough to learn that a turn overflows.
+                want = min(want, self._max_messages - used_messages - len(turn) + 1)
+            page = await store.read(conversation, stop=stop, limit=want)
+            for m in reversed(page):
+                if _is_system(m):
+                    continue  # already in the merged message
+                turn.append(m)
+                turn_tokens += self._tokens(m)
+                if not self._fits(used_messages + len(turn), used_tokens + turn_tokens):
+                    if not kept:
+                        raise self._too_small(conversation, "the newest turn")
+                    return _assemble(head, kept)
+                if _starts_turn(m):
+                    kept.append(turn)
+                    used_messages += len(turn)
+                    used_tokens += turn_tokens
+                    turn, turn_tokens = [], 0
+            first = page[0].position if page else None
+            if len(page) < want or not first:  # reached position 0 (or the store ran dry)
+                break
+            stop = first
+            size = min(size * 2, _MAX_PAGE)
+        if turn:
+            kept.append(turn)  # the leading turn: what precedes the first user message
+        return _assemble(head, kept)
+
+    async def write(
+        self,
+        conversation: str,
+        messages: Iterable[MessageLike],
+        *,
+        at: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> WriteOutcome:
+        """``Store.write``, unchanged."""
+        return await self._store.write(
+            conversation, messages, at=at, idempotency_key=idempotency_key
+        )
+
+    async def count(self, conversation: str) -> int:
+        """``Store.count``: the whole conversation's length, not the window's."""
+        return await self._store.count(conversation)
+
+    async def pop(self, conversation: str) -> Message | None:
+        """``Store.pop``, unchanged."""
+        return await self._store.pop(conversation)
+
+    async def clear(self, conversation: str) -> None:
+        """``Store.clear``, unchanged."""
+        await self._store.clear(conversation)
+
+    async def exists(self, conversation: str) -> bool:
+        """``Store.exists``, unchanged."""
+        return await self._store.exists(conversation)
+
+
+def _assemble(head: list[Message], kept: list[list[Message]]) -> list[Message]:
+    window = list(head)
+    for turn in reversed(kept):
+        window.extend(reversed(turn))
+    return window
