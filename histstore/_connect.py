@@ -11,9 +11,9 @@ from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import _migrations
+from ._dialects import mode_options
 from ._engine import (
     SETTINGS_OPTION,
-    WRITE_OPTION,
     SqliteSettings,
     install_hooks,
     is_memory_url,
@@ -175,14 +175,16 @@ async def _prepare_schema(
                 mode = await _journal_mode(conn)
                 if mode != "wal":
                     raise HistStoreError(f"SQLite refused WAL mode (journal_mode={mode})")
-        async with engine.execution_options(**options).connect() as conn:
+        async with engine.execution_options(
+            **options, **mode_options(engine.dialect, "snapshot")
+        ).connect() as conn:
             status = await conn.run_sync(_migrations.schema_status)
             await conn.rollback()
         if status.up_to_date:
             return
         if not upgrade or not status.known:
             _migrations.check(status, engine.url.render_as_string(hide_password=True))
-        write_options = {**options, WRITE_OPTION: True}
+        write_options = {**options, **mode_options(engine.dialect, "write")}
         async with engine.execution_options(**write_options).begin() as conn:
             await conn.run_sync(_migrations.upgrade)
 

@@ -8,19 +8,43 @@ how a transaction takes the conversation's write lock, and how migrations serial
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Table, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql import Select
 
-__all__ = ["for_update", "insert", "is_sqlite", "lock_for_migration"]
+from ._engine import BEGIN_OPTION
+
+__all__ = ["Mode", "for_update", "insert", "is_sqlite", "lock_for_migration", "mode_options"]
+
+Mode = Literal["read", "snapshot", "write"]
 
 
 def is_sqlite(dialect: Dialect) -> bool:
     """True for SQLite, where one database-wide write lock serializes writers."""
     return dialect.name == "sqlite"
+
+
+def mode_options(dialect: Dialect, mode: Mode) -> dict[str, Any]:
+    """Execution options for a transaction of one kind.
+
+    ``read``: a single statement, atomic by itself, so no transaction is begun (on
+    Postgres ``AUTOCOMMIT`` saves the BEGIN and COMMIT round trips). ``snapshot``:
+    several reads that must agree (SQLite: a deferred BEGIN, which in WAL mode reads one
+    snapshot; Postgres: REPEATABLE READ, where a read-only transaction never fails).
+    ``write``: SQLite takes the write lock up front (``BEGIN IMMEDIATE``, see
+    ``_engine``); Postgres writes at READ COMMITTED and locks the conversation row.
+    """
+    if dialect.name == "sqlite":
+        begin = {"read": "", "snapshot": "BEGIN", "write": "BEGIN IMMEDIATE"}[mode]
+        return {BEGIN_OPTION: begin}
+    return {
+        "read": {"isolation_level": "AUTOCOMMIT"},
+        "snapshot": {"isolation_level": "REPEATABLE READ"},
+        "write": {},
+    }[mode]
 
 
 def insert(dialect: Dialect, table: Table) -> Any:

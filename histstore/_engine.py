@@ -8,8 +8,9 @@ SQLite needs two things the driver does not do by itself:
   between, SQLite cannot wait for the lock and fails at once with SQLITE_BUSY, whatever
   the busy timeout (https://www.sqlite.org/lang_transaction.html, "BEGIN IMMEDIATE";
   https://www.sqlite.org/c3ref/busy_timeout.html). Taking the lock up front makes
-  writers queue on the busy timeout instead. Reads begin deferred, so they never wait
-  for writers (WAL mode).
+  writers queue on the busy timeout instead. Reads of several statements begin
+  deferred (one consistent snapshot); single-statement reads need no BEGIN. In WAL
+  mode neither waits for writers.
 * Per-connection settings: ``busy_timeout`` and ``synchronous`` (FULL unless
   ``durability="process"``, https://www.sqlite.org/pragma.html#pragma_synchronous).
 
@@ -26,13 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import URL, event, make_url, pool
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import AdaptedConnection, Connection
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ._errors import HistStoreError
 
 __all__ = [
+    "BEGIN_OPTION",
     "DEFAULT_FILE",
     "SqliteSettings",
     "install_hooks",
@@ -43,7 +45,7 @@ __all__ = [
 
 DEFAULT_FILE = "histstore.db"
 ENV_VAR = "HISTSTORE_URL"
-WRITE_OPTION = "histstore_write"
+BEGIN_OPTION = "histstore_begin"
 SETTINGS_OPTION = "histstore_sqlite"
 _READY = "histstore_ready"
 
@@ -110,7 +112,9 @@ def make_engine(url: URL, *, busy_timeout: float) -> AsyncEngine:
         HistStoreError: the URL's driver is not installed (the message says which extra
             installs it).
     """
-    kwargs: dict[str, Any] = {"hide_parameters": True}
+    # The store always ends its transactions before giving a connection back, so the
+    # pool's extra rollback on return would only cost a round trip.
+    kwargs: dict[str, Any] = {"hide_parameters": True, "pool_reset_on_return": None}
     if url.get_backend_name() == "sqlite":
         kwargs["connect_args"] = {"timeout": busy_timeout}
         if is_memory_url(url):
@@ -150,7 +154,14 @@ def _on_begin(conn: Connection) -> None:
         finally:
             cursor.close()
         info[_READY] = settings
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if opts.get(WRITE_OPTION) else "BEGIN")
+    begin = opts.get(BEGIN_OPTION)
+    if begin:
+        dbapi = conn.connection.dbapi_connection
+        if isinstance(dbapi, AdaptedConnection):
+            # One trip to the driver's thread instead of three (cursor, execute, close).
+            dbapi.run_async(lambda driver: driver.execute(begin))
+        else:
+            conn.exec_driver_sql(begin)
 
 
 def install_hooks(engine: AsyncEngine) -> None:

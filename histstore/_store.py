@@ -10,9 +10,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, TypeVar
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
+    Integer,
     Select,
     and_,
+    bindparam,
     delete,
     exists,
     func,
@@ -26,7 +29,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import _codec, _dialects
 from . import _schema as s
-from ._engine import SETTINGS_OPTION, WRITE_OPTION, SqliteSettings
+from ._dialects import Mode
+from ._engine import SETTINGS_OPTION, SqliteSettings
 from ._errors import (
     ConflictError,
     HistStoreError,
@@ -49,7 +53,9 @@ _conv = s.conversations
 _msg = s.messages
 _writes = s.writes
 _ZERO = WriteOutcome(0, False, None)
-_SYSTEM: ColumnElement[str] = literal_column("'system'")  # a literal, so SQLite can use the partial index
+_SYSTEM: ColumnElement[str] = literal_column(
+    "'system'"
+)  # a literal, so SQLite can use the partial index
 
 
 def _now() -> datetime:
@@ -74,6 +80,64 @@ class StoreSettings:
     max_message_bytes: int = 16 * 1024 * 1024
     max_batch: int = 10_000
     sqlite: SqliteSettings | None = None
+
+
+class _Statements:
+    """The hot-path statements, built once per store with bound parameters.
+
+    Reusing a statement object lets SQLAlchemy memoize its cache key and find the
+    compiled SQL at once, instead of building and hashing a new statement per call.
+    Parameters: ``c`` (conversation id), ``owner`` (a view's user), and per statement
+    the rest.
+    """
+
+    def __init__(self, dialect: Any, scoped: bool) -> None:
+        conv_id = bindparam("c", type_=_conv.c.id.type)
+        owned: ColumnElement[bool] = _conv.c.id == conv_id
+        if scoped:
+            owned = and_(owned, _conv.c.owner == bindparam("owner", type_=_conv.c.owner.type))
+        self.count = select(_conv.c.length).where(owned)
+        self.exists = select(_conv.c.id).where(owned)
+
+        cols = (_msg.c.data, _msg.c.position, _msg.c.created_at)
+        base = [_msg.c.conversation_id == conv_id, _msg.c.position >= bindparam("start")]
+        if scoped:
+            base.append(exists().where(owned))
+        upto = _msg.c.position < bindparam("stop")
+        limit = bindparam("limit", type_=Integer)
+        newest = _msg.c.position.desc()
+        self.read = {
+            (False, False): select(*cols).where(*base).order_by(_msg.c.position),
+            (False, True): select(*cols).where(*base, upto).order_by(_msg.c.position),
+            (True, False): select(*cols).where(*base).order_by(newest).limit(limit),
+            (True, True): select(*cols).where(*base, upto).order_by(newest).limit(limit),
+        }
+
+        n = bindparam("n", type_=BigInteger)
+        now = bindparam("now", type_=_conv.c.updated_at.type)
+        ins = _dialects.insert(dialect, _conv).values(
+            id=conv_id,
+            owner=bindparam("owner", type_=_conv.c.owner.type),
+            length=n,
+            created_at=now,
+            updated_at=now,
+        )
+        # Creates the conversation or adds n to its length, locking its row, and
+        # returns the new length: the batch goes at positions length-n .. length-1.
+        self.append = ins.on_conflict_do_update(
+            index_elements=[_conv.c.id],
+            set_={"length": _conv.c.length + n, "updated_at": now},
+            where=(_conv.c.owner == bindparam("owner")) if scoped else None,
+        ).returning(_conv.c.length)
+        # Appends only when the conversation holds exactly ``at`` messages.
+        self.append_at = (
+            update(_conv)
+            .where(owned, _conv.c.length == bindparam("at", type_=BigInteger))
+            .values(length=bindparam("new_length", type_=BigInteger), updated_at=now)
+            .returning(_conv.c.length)
+        )
+        self.insert_messages = _msg.insert()
+        self.insert_write = _writes.insert()
 
 
 @dataclass
@@ -111,9 +175,12 @@ class Store:
         options: dict[str, Any] = {}
         if settings.sqlite is not None:
             options[SETTINGS_OPTION] = settings.sqlite
-        self._reader = engine.execution_options(**options)
-        self._writer = engine.execution_options(**options, **{WRITE_OPTION: True})
         self._dialect = engine.dialect
+        self._sql = _Statements(self._dialect, owner is not None)
+        self._engines = {
+            mode: engine.execution_options(**options, **_dialects.mode_options(self._dialect, mode))
+            for mode in ("read", "snapshot", "write")
+        }
 
     # ------------------------------------------------------------------ basics
 
@@ -177,13 +244,13 @@ class Store:
         self,
         work: Callable[[AsyncConnection], Awaitable[T]],
         *,
-        write: bool,
+        mode: Mode,
         action: str,
         conversation: str | None = None,
     ) -> T:
-        """Run ``work`` in one transaction (a write transaction takes the write lock)."""
+        """Run ``work`` in one transaction of the given mode (see ``mode_options``)."""
         self._check_open()
-        engine = self._writer if write else self._reader
+        engine = self._engines[mode]
 
         async def transaction() -> T:
             with translate_errors(action, conversation):
@@ -257,23 +324,20 @@ class Store:
         stop = _count(stop, "stop")
         if limit == 0 or (stop is not None and stop <= start):
             return []
-        cond = and_(_msg.c.conversation_id == conversation, _msg.c.position >= start)
-        if stop is not None:
-            cond = and_(cond, _msg.c.position < stop)
-        visible = self._visible(conversation)
-        if visible is not None:
-            cond = and_(cond, visible)
-        stmt = select(_msg.c.data, _msg.c.position, _msg.c.created_at).where(cond)
-        if limit is None:
-            stmt = stmt.order_by(_msg.c.position)
-        else:
-            stmt = stmt.order_by(_msg.c.position.desc()).limit(limit)
+        stmt = self._sql.read[limit is not None, stop is not None]
+        params = {
+            "c": conversation,
+            "owner": self._owner,
+            "start": start,
+            "stop": stop,
+            "limit": limit,
+        }
 
         async def work(conn: AsyncConnection) -> list[Message]:
-            rows = (await conn.execute(stmt)).all()
+            rows = (await conn.execute(stmt, params)).all()
             return [Message._stored(r[0], r[1], r[2]) for r in rows]
 
-        result = await self._run(work, write=False, action="read", conversation=conversation)
+        result = await self._run(work, mode="read", action="read", conversation=conversation)
         if limit is not None:
             result.reverse()
         return result
@@ -294,27 +358,27 @@ class Store:
         async def work(conn: AsyncConnection) -> list[Message]:
             return [Message._stored(*r) for r in (await conn.execute(stmt)).all()]
 
-        return await self._run(work, write=False, action="read", conversation=conversation)
+        return await self._run(work, mode="read", action="read", conversation=conversation)
 
     async def count(self, conversation: str) -> int:
         """How many messages the conversation holds; 0 when it is unknown."""
         validate_id(conversation)
-        stmt = select(_conv.c.length).where(self._owned(conversation))
+        params = {"c": conversation, "owner": self._owner}
 
         async def work(conn: AsyncConnection) -> int:
-            return int((await conn.execute(stmt)).scalar() or 0)
+            return int((await conn.execute(self._sql.count, params)).scalar() or 0)
 
-        return await self._run(work, write=False, action="count", conversation=conversation)
+        return await self._run(work, mode="read", action="count", conversation=conversation)
 
     async def exists(self, conversation: str) -> bool:
         """Whether the conversation exists (and, for a view, is the user's)."""
         validate_id(conversation)
-        stmt = select(_conv.c.id).where(self._owned(conversation))
+        params = {"c": conversation, "owner": self._owner}
 
         async def work(conn: AsyncConnection) -> bool:
-            return (await conn.execute(stmt)).first() is not None
+            return (await conn.execute(self._sql.exists, params)).first() is not None
 
-        return await self._run(work, write=False, action="exists", conversation=conversation)
+        return await self._run(work, mode="read", action="exists", conversation=conversation)
 
     # ------------------------------------------------------------------ write
 
@@ -407,7 +471,7 @@ class Store:
         phase = "body"
         outcome = _ZERO
         try:
-            async with self._writer.connect() as conn:
+            async with self._engines["write"].connect() as conn:
                 async with conn.begin():
                     outcome = await self._write_tx(conn, conversation, batch, at, key, caller_key)
                     phase = "commit"
@@ -447,7 +511,7 @@ class Store:
             .where(_writes.c.conversation_id == conversation, _writes.c.key == key)
         )
         try:
-            async with self._reader.connect() as conn:
+            async with self._engines["read"].connect() as conn:
                 row = (await conn.execute(stmt)).first()
         except (sa_exc.SQLAlchemyError, OSError, ConnectionError, asyncio.TimeoutError):
             return None
@@ -473,24 +537,13 @@ class Store:
         now = _now()
         if not caller_key:
             # Fast path: one statement locks the row, checks, and hands out positions.
+            params = {"c": conversation, "owner": self._owner, "n": n, "now": now}
             if at is None:
-                ins = _dialects.insert(self._dialect, _conv).values(
-                    id=conversation, owner=self._owner, length=n, created_at=now, updated_at=now
-                )
-                where = None if self._owner is None else (_conv.c.owner == self._owner)
-                stmt: Any = ins.on_conflict_do_update(
-                    index_elements=[_conv.c.id],
-                    set_={"length": _conv.c.length + n, "updated_at": now},
-                    where=where,
-                ).returning(_conv.c.length)
+                stmt: Any = self._sql.append
             else:
-                stmt = (
-                    update(_conv)
-                    .where(self._owned(conversation), _conv.c.length == at)
-                    .values(length=at + n, updated_at=now)
-                    .returning(_conv.c.length)
-                )
-            length = (await conn.execute(stmt)).scalar()
+                stmt = self._sql.append_at
+                params.update(at=at, new_length=at + n)
+            length = (await conn.execute(stmt, params)).scalar()
             if length is not None:
                 await self._insert_batch(conn, conversation, batch, length - n, 0, key, now)
                 return WriteOutcome(n, False, length)
@@ -588,16 +641,17 @@ class Store:
             )
         ]
         if rows:
-            await conn.execute(_msg.insert(), rows if len(rows) > 1 else rows[0])
+            await conn.execute(self._sql.insert_messages, rows if len(rows) > 1 else rows[0])
         await conn.execute(
-            _writes.insert().values(
-                conversation_id=conversation,
-                key=key,
-                position=position if first is None else first,
-                count=len(batch.messages),
-                digest=batch.digest,
-                created_at=now,
-            )
+            self._sql.insert_write,
+            {
+                "conversation_id": conversation,
+                "key": key,
+                "position": position if first is None else first,
+                "count": len(batch.messages),
+                "digest": batch.digest,
+                "created_at": now,
+            },
         )
 
     # ------------------------------------------------------------------ pop, clear
@@ -628,7 +682,7 @@ class Store:
                 raise HistStoreError(f"conversation {conversation!r} is missing a message")
             return Message._stored(row[0], row[1], row[2])
 
-        return await self._run(work, write=True, action="pop", conversation=conversation)
+        return await self._run(work, mode="write", action="pop", conversation=conversation)
 
     async def clear(self, conversation: str) -> None:
         """Remove the conversation and everything it holds. Idempotent."""
@@ -643,7 +697,7 @@ class Store:
                     return
             await self._delete_all(conn, [conversation])
 
-        await self._run(work, write=True, action="clear", conversation=conversation)
+        await self._run(work, mode="write", action="clear", conversation=conversation)
 
     async def _delete_all(self, conn: AsyncConnection, ids: Sequence[str] | Select[Any]) -> None:
         for table in s.CONVERSATION_TABLES:
@@ -694,7 +748,7 @@ class Store:
                 updated_at=row.updated_at,
             )
 
-        return await self._run(work, write=False, action="load", conversation=conversation)
+        return await self._run(work, mode="snapshot", action="load", conversation=conversation)
 
     async def save(self, state: ConversationState) -> None:
         """Replace the whole conversation with ``state``, in one transaction.
@@ -774,7 +828,7 @@ class Store:
                 if batch:
                     await conn.execute(table.insert(), batch)
 
-        await self._run(work, write=True, action="save", conversation=conversation)
+        await self._run(work, mode="write", action="save", conversation=conversation)
 
     async def fork(self, source: str, target: str, *, upto: int | None = None) -> None:
         """Make ``target`` a copy of ``source`` (or of its first ``upto`` messages).
@@ -840,7 +894,7 @@ class Store:
                     table.insert().from_select(["conversation_id", *[c.name for c in cols]], sel)
                 )
 
-        await self._run(work, write=True, action="fork", conversation=source)
+        await self._run(work, mode="write", action="fork", conversation=source)
 
     async def add_summary(self, conversation: str, summary: Summary) -> None:
         """Add a summary to the conversation (created when needed).
@@ -872,7 +926,7 @@ class Store:
                 )
             )
 
-        await self._run(work, write=True, action="add summary", conversation=conversation)
+        await self._run(work, mode="write", action="add summary", conversation=conversation)
 
     async def summaries(self, conversation: str) -> list[Summary]:
         """The conversation's summaries in the order added; ``[]`` when unknown."""
@@ -884,7 +938,7 @@ class Store:
                 return []
             return await self._summaries(conn, conversation)
 
-        return await self._run(work, write=False, action="summaries", conversation=conversation)
+        return await self._run(work, mode="snapshot", action="summaries", conversation=conversation)
 
     async def _summaries(self, conn: AsyncConnection, conversation: str) -> list[Summary]:
         sm = s.summaries
@@ -913,7 +967,7 @@ class Store:
                 raise NotFound(f"conversation {conversation!r} not found")
             return await self._metadata(conn, conversation)
 
-        return await self._run(work, write=False, action="metadata", conversation=conversation)
+        return await self._run(work, mode="snapshot", action="metadata", conversation=conversation)
 
     async def _metadata(self, conn: AsyncConnection, conversation: str) -> dict[str, Any]:
         md = s.metadata_entries
@@ -958,7 +1012,7 @@ class Store:
                     delete(md).where(md.c.conversation_id == conversation, md.c.key.in_(removals))
                 )
 
-        await self._run(work, write=True, action="merge metadata", conversation=conversation)
+        await self._run(work, mode="write", action="merge metadata", conversation=conversation)
 
     # ------------------------------------------------------------------ named lists
 
@@ -1005,7 +1059,7 @@ class Store:
                 await conn.execute(s.list_items.insert(), rows)
             return length
 
-        return await self._run(work, write=True, action="list append", conversation=conversation)
+        return await self._run(work, mode="write", action="list append", conversation=conversation)
 
     async def list_load(
         self, conversation: str, name: str, *, start: int = 0, limit: int | None = None
@@ -1039,7 +1093,7 @@ class Store:
                 for r in await conn.execute(stmt)
             ]
 
-        return await self._run(work, write=False, action="list load", conversation=conversation)
+        return await self._run(work, mode="snapshot", action="list load", conversation=conversation)
 
     async def list_len(self, conversation: str, name: str) -> int:
         """The length of a named list (0 when never written).
@@ -1062,7 +1116,9 @@ class Store:
             ).scalar()
             return int(length or 0)
 
-        return await self._run(work, write=False, action="list length", conversation=conversation)
+        return await self._run(
+            work, mode="snapshot", action="list length", conversation=conversation
+        )
 
     async def _require(self, conn: AsyncConnection, conversation: str) -> None:
         found = (await conn.execute(select(_conv.c.id).where(self._owned(conversation)))).first()
@@ -1099,7 +1155,7 @@ class Store:
                     await self._delete_all(conn, ids)
                 return len(ids)
 
-            done = await self._run(work, write=True, action="purge")
+            done = await self._run(work, mode="write", action="purge")
             total += done
             if done < _PURGE_BATCH:
                 return total
@@ -1160,7 +1216,7 @@ class Store:
         async def work(conn: AsyncConnection) -> list[str]:
             return list((await conn.execute(stmt)).scalars())
 
-        return await self._run(work, write=False, action="list conversations")
+        return await self._run(work, mode="read", action="list conversations")
 
     @staticmethod
     def _metadata_filter(metadata: Mapping[str, Any]) -> list[ColumnElement[bool]]:
