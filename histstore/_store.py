@@ -138,6 +138,16 @@ class _Statements:
         )
         self.insert_messages = _msg.insert()
         self.insert_write = _writes.insert()
+        # For a caller's key: returns nothing when the key is already recorded.
+        self.insert_write_once = (
+            _dialects.insert(dialect, _writes)
+            .on_conflict_do_nothing(index_elements=[_writes.c.conversation_id, _writes.c.key])
+            .returning(_writes.c.key)
+        )
+
+
+class _KeyUsed(Exception):
+    """The caller's idempotency key is recorded already: take the general path."""
 
 
 @dataclass
@@ -470,12 +480,20 @@ class Store:
     ) -> WriteOutcome:
         phase = "body"
         outcome = _ZERO
+        fast = True
         try:
-            async with self._engines["write"].connect() as conn:
-                async with conn.begin():
-                    outcome = await self._write_tx(conn, conversation, batch, at, key, caller_key)
-                    phase = "commit"
-                phase = "done"
+            while True:
+                try:
+                    async with self._engines["write"].connect() as conn:
+                        async with conn.begin():
+                            outcome = await self._write_tx(
+                                conn, conversation, batch, at, key, caller_key, fast
+                            )
+                            phase = "commit"
+                        phase = "done"
+                    break
+                except _KeyUsed:
+                    fast = False  # rolled back; decide under the lock instead
         except HistStoreError:
             raise
         except (sa_exc.SQLAlchemyError, OSError, ConnectionError, asyncio.TimeoutError) as exc:
@@ -532,11 +550,19 @@ class Store:
         at: int | None,
         key: str,
         caller_key: bool,
+        fast: bool,
     ) -> WriteOutcome:
+        """The write's transaction body.
+
+        The fast path is the common case: one statement locks the conversation row, checks
+        ``at`` and hands out the positions; the batch is appended whole. When it does not
+        apply (``at`` differs from the length, or the caller's key is already recorded,
+        which raises ``_KeyUsed`` so the caller retries with ``fast=False``), the general
+        path locks the row, reads what it needs, and decides.
+        """
         n = len(batch.messages)
         now = _now()
-        if not caller_key:
-            # Fast path: one statement locks the row, checks, and hands out positions.
+        if fast:
             params = {"c": conversation, "owner": self._owner, "n": n, "now": now}
             if at is None:
                 stmt: Any = self._sql.append
@@ -545,7 +571,9 @@ class Store:
                 params.update(at=at, new_length=at + n)
             length = (await conn.execute(stmt, params)).scalar()
             if length is not None:
-                await self._insert_batch(conn, conversation, batch, length - n, 0, key, now)
+                await self._insert_batch(
+                    conn, conversation, batch, length - n, 0, key, now, once=caller_key
+                )
                 return WriteOutcome(n, False, length)
             if at is None:
                 raise NotFound(f"conversation {conversation!r} not found")
@@ -625,8 +653,27 @@ class Store:
         key: str,
         now: datetime,
         first: int | None = None,
+        *,
+        once: bool = False,
     ) -> None:
-        """Insert ``batch.messages[skip:]`` from ``position`` on, and the batch's record."""
+        """Record the batch, then insert ``batch.messages[skip:]`` from ``position`` on.
+
+        With ``once``, a key already recorded raises ``_KeyUsed`` (the transaction must
+        then be rolled back).
+        """
+        record = {
+            "conversation_id": conversation,
+            "key": key,
+            "position": position if first is None else first,
+            "count": len(batch.messages),
+            "digest": batch.digest,
+            "created_at": now,
+        }
+        if once:
+            if (await conn.execute(self._sql.insert_write_once, record)).first() is None:
+                raise _KeyUsed
+        else:
+            await conn.execute(self._sql.insert_write, record)
         rows = [
             {
                 "conversation_id": conversation,
@@ -642,17 +689,6 @@ class Store:
         ]
         if rows:
             await conn.execute(self._sql.insert_messages, rows if len(rows) > 1 else rows[0])
-        await conn.execute(
-            self._sql.insert_write,
-            {
-                "conversation_id": conversation,
-                "key": key,
-                "position": position if first is None else first,
-                "count": len(batch.messages),
-                "digest": batch.digest,
-                "created_at": now,
-            },
-        )
 
     # ------------------------------------------------------------------ pop, clear
 
