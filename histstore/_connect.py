@@ -21,6 +21,7 @@ from ._engine import (
     resolve_target,
 )
 from ._errors import HistStoreError, translate_errors
+from ._fastpath import for_dialect
 from ._models import Message
 from ._store import Store, StoreSettings
 from ._tx import run_to_completion
@@ -144,10 +145,13 @@ async def _open(
         if sqlite
         else None,
     )
-    if engine.dialect.name not in ("sqlite", "postgresql"):
+    if for_dialect(engine.dialect, None) is None:
         if owns:
             await engine.dispose()
-        raise ValueError(f"histstore supports SQLite and PostgreSQL, not {engine.dialect.name}")
+        raise ValueError(
+            "histstore runs on sqlite+aiosqlite and postgresql+asyncpg,"
+            f" not {engine.dialect.name}+{engine.dialect.driver}"
+        )
     install_hooks(engine)
     try:
         if migrate is not False:

@@ -18,17 +18,38 @@ content; a database driver's exception is kept as ``__cause__``.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from sqlalchemy import exc as sa_exc
 
+_driver_errors: list[type[BaseException]] = [sqlite3.Error]
+try:  # asyncpg is an optional extra
+    import asyncpg
+
+    _driver_errors += [asyncpg.PostgresError, asyncpg.InterfaceError]
+except ImportError:  # pragma: no cover - depends on the installation
+    pass
+DRIVER_ERRORS: tuple[type[BaseException], ...] = tuple(_driver_errors)
+"""What the drivers raise when called directly (the fast path)."""
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (
+    sa_exc.SQLAlchemyError,
+    OSError,
+    ConnectionError,
+    TimeoutError,
+    *DRIVER_ERRORS,
+)
+"""Every failure of the database or the way to it; translated to ``HistStoreError``."""
+
 if TYPE_CHECKING:
     from ._models import Message, WriteOutcome
     from ._store import Store
 
 __all__ = [
+    "DATABASE_ERRORS",
+    "DRIVER_ERRORS",
     "CommitError",
     "ConflictError",
     "HistStoreError",
@@ -147,6 +168,6 @@ def translate_errors(action: str, conversation: str | None = None) -> Iterator[N
         yield
     except HistStoreError:
         raise
-    except (sa_exc.SQLAlchemyError, OSError, ConnectionError) as exc:
+    except DATABASE_ERRORS as exc:
         where = f" conversation {conversation!r}" if conversation is not None else ""
         raise HistStoreError(f"{action}{where} failed: {describe(exc)}") from exc

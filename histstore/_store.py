@@ -24,14 +24,14 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from . import _codec, _dialects
+from . import _codec, _dialects, _fastpath
 from . import _schema as s
 from ._dialects import Mode
 from ._engine import SETTINGS_OPTION, SqliteSettings
 from ._errors import (
+    DATABASE_ERRORS,
     ConflictError,
     HistStoreError,
     InvalidMessage,
@@ -83,21 +83,22 @@ class StoreSettings:
 
 
 class _Statements:
-    """The hot-path statements, built once per store with bound parameters.
+    """The hot-path statements: Core statements with bound parameters, compiled once per
+    store for the fast path (see ``_fastpath``).
 
-    Reusing a statement object lets SQLAlchemy memoize its cache key and find the
-    compiled SQL at once, instead of building and hashing a new statement per call.
     Parameters: ``c`` (conversation id), ``owner`` (a view's user), and per statement
     the rest.
     """
 
-    def __init__(self, dialect: Any, scoped: bool) -> None:
+    def __init__(self, driver: _fastpath.Driver, scoped: bool) -> None:
+        dialect = driver.dialect
         conv_id = bindparam("c", type_=_conv.c.id.type)
         owned: ColumnElement[bool] = _conv.c.id == conv_id
         if scoped:
             owned = and_(owned, _conv.c.owner == bindparam("owner", type_=_conv.c.owner.type))
-        self.count = select(_conv.c.length).where(owned)
-        self.exists = select(_conv.c.id).where(owned)
+        compile_ = driver.compile
+        self.count = compile_(select(_conv.c.length).where(owned))
+        self.exists = compile_(select(_conv.c.id).where(owned))
 
         cols = (_msg.c.data, _msg.c.position, _msg.c.created_at)
         base = [_msg.c.conversation_id == conv_id, _msg.c.position >= bindparam("start")]
@@ -107,11 +108,14 @@ class _Statements:
         limit = bindparam("limit", type_=Integer)
         newest = _msg.c.position.desc()
         self.read = {
-            (False, False): select(*cols).where(*base).order_by(_msg.c.position),
-            (False, True): select(*cols).where(*base, upto).order_by(_msg.c.position),
-            (True, False): select(*cols).where(*base).order_by(newest).limit(limit),
-            (True, True): select(*cols).where(*base, upto).order_by(newest).limit(limit),
+            (False, False): compile_(select(*cols).where(*base).order_by(_msg.c.position)),
+            (False, True): compile_(select(*cols).where(*base, upto).order_by(_msg.c.position)),
+            (True, False): compile_(select(*cols).where(*base).order_by(newest).limit(limit)),
+            (True, True): compile_(select(*cols).where(*base, upto).order_by(newest).limit(limit)),
         }
+        system = [_msg.c.conversation_id == conv_id, _msg.c.role == _SYSTEM, *base[2:]]
+        self.read_system = compile_(select(*cols).where(*system).order_by(_msg.c.position))
+        self.created_at = driver.result_processor(_msg.c.created_at.type)
 
         n = bindparam("n", type_=BigInteger)
         now = bindparam("now", type_=_conv.c.updated_at.type)
@@ -124,30 +128,28 @@ class _Statements:
         )
         # Creates the conversation or adds n to its length, locking its row, and
         # returns the new length: the batch goes at positions length-n .. length-1.
-        self.append = ins.on_conflict_do_update(
-            index_elements=[_conv.c.id],
-            set_={"length": _conv.c.length + n, "updated_at": now},
-            where=(_conv.c.owner == bindparam("owner")) if scoped else None,
-        ).returning(_conv.c.length)
+        self.append = compile_(
+            ins.on_conflict_do_update(
+                index_elements=[_conv.c.id],
+                set_={"length": _conv.c.length + n, "updated_at": now},
+                where=(_conv.c.owner == bindparam("owner")) if scoped else None,
+            ).returning(_conv.c.length)
+        )
         # Appends only when the conversation holds exactly ``at`` messages.
-        self.append_at = (
+        self.append_at = compile_(
             update(_conv)
             .where(owned, _conv.c.length == bindparam("at", type_=BigInteger))
             .values(length=bindparam("new_length", type_=BigInteger), updated_at=now)
             .returning(_conv.c.length)
         )
-        self.insert_messages = _msg.insert()
-        self.insert_write = _writes.insert()
+        self.insert_messages = compile_(_msg.insert())
+        self.insert_write = compile_(_writes.insert())
         # For a caller's key: returns nothing when the key is already recorded.
-        self.insert_write_once = (
+        self.insert_write_once = compile_(
             _dialects.insert(dialect, _writes)
             .on_conflict_do_nothing(index_elements=[_writes.c.conversation_id, _writes.c.key])
             .returning(_writes.c.key)
         )
-
-
-class _KeyUsed(Exception):
-    """The caller's idempotency key is recorded already: take the general path."""
 
 
 @dataclass
@@ -186,7 +188,11 @@ class Store:
         if settings.sqlite is not None:
             options[SETTINGS_OPTION] = settings.sqlite
         self._dialect = engine.dialect
-        self._sql = _Statements(self._dialect, owner is not None)
+        driver = _fastpath.for_dialect(self._dialect, settings.sqlite)
+        if driver is None:
+            raise ValueError("histstore runs on sqlite+aiosqlite and postgresql+asyncpg only")
+        self._driver = driver
+        self._sql = _Statements(driver, owner is not None)
         self._engines = {
             mode: engine.execution_options(**options, **_dialects.mode_options(self._dialect, mode))
             for mode in ("read", "snapshot", "write")
@@ -269,6 +275,23 @@ class Store:
 
         return await run_to_completion(transaction())
 
+    async def _run_fast(
+        self,
+        work: Callable[[Any], Awaitable[T]],
+        *,
+        action: str,
+        conversation: str | None = None,
+    ) -> T:
+        """Run ``work`` on a driver connection from the pool (the fast path)."""
+        self._check_open()
+
+        async def run() -> T:
+            with translate_errors(action, conversation):
+                async with self._driver.connection(self._engine) as driver:
+                    return await work(driver)
+
+        return await run_to_completion(run())
+
     def _owned(self, conversation: str) -> ColumnElement[bool]:
         """The condition that a conversation row is visible through this store."""
         cond = _conv.c.id == conversation
@@ -293,10 +316,11 @@ class Store:
             raise NotFound(f"conversation {conversation!r} not found")
         return row
 
-    async def _touch(self, conn: AsyncConnection, conversation: str, now: datetime) -> None:
+    async def _touch(self, conn: AsyncConnection, conversation: str, now: datetime) -> int:
         """Create the conversation when needed and mark it changed, under its lock.
 
-        Raises ``NotFound`` when the id is taken by a conversation this view may not see.
+        Returns its length. Raises ``NotFound`` when the id is taken by a conversation
+        this view may not see.
         """
         ins = _dialects.insert(self._dialect, _conv).values(
             id=conversation, owner=self._owner, length=0, created_at=now, updated_at=now
@@ -304,9 +328,11 @@ class Store:
         where = None if self._owner is None else (_conv.c.owner == self._owner)
         stmt = ins.on_conflict_do_update(
             index_elements=[_conv.c.id], set_={"updated_at": now}, where=where
-        ).returning(_conv.c.id)
-        if (await conn.execute(stmt)).first() is None:
+        ).returning(_conv.c.length)
+        length = (await conn.execute(stmt)).scalar()
+        if length is None:
             raise NotFound(f"conversation {conversation!r} not found")
+        return int(length)
 
     # ------------------------------------------------------------------ reads
 
@@ -343,11 +369,10 @@ class Store:
             "limit": limit,
         }
 
-        async def work(conn: AsyncConnection) -> list[Message]:
-            rows = (await conn.execute(stmt, params)).all()
-            return [Message._stored(r[0], r[1], r[2]) for r in rows]
+        async def work(driver: Any) -> list[Message]:
+            return self._messages(await self._driver.fetch(driver, stmt, params))
 
-        result = await self._run(work, mode="read", action="read", conversation=conversation)
+        result = await self._run_fast(work, action="read", conversation=conversation)
         if limit is not None:
             result.reverse()
         return result
@@ -355,40 +380,40 @@ class Store:
     async def _read_system(self, conversation: str) -> list[Message]:
         """Every system message of the conversation, in order (found by index)."""
         validate_id(conversation)
-        cond = and_(_msg.c.conversation_id == conversation, _msg.c.role == _SYSTEM)
-        visible = self._visible(conversation)
-        if visible is not None:
-            cond = and_(cond, visible)
-        stmt = (
-            select(_msg.c.data, _msg.c.position, _msg.c.created_at)
-            .where(cond)
-            .order_by(_msg.c.position)
-        )
+        params = {"c": conversation, "owner": self._owner, "start": 0}
 
-        async def work(conn: AsyncConnection) -> list[Message]:
-            return [Message._stored(*r) for r in (await conn.execute(stmt)).all()]
+        async def work(driver: Any) -> list[Message]:
+            return self._messages(await self._driver.fetch(driver, self._sql.read_system, params))
 
-        return await self._run(work, mode="read", action="read", conversation=conversation)
+        return await self._run_fast(work, action="read", conversation=conversation)
+
+    def _messages(self, rows: Iterable[Sequence[Any]]) -> list[Message]:
+        """Messages from ``(data, position, created_at)`` rows fetched by the driver."""
+        created = self._sql.created_at
+        if created is None:
+            return [Message._stored(r[0], r[1], r[2]) for r in rows]
+        return [Message._stored(r[0], r[1], created(r[2])) for r in rows]
 
     async def count(self, conversation: str) -> int:
         """How many messages the conversation holds; 0 when it is unknown."""
         validate_id(conversation)
         params = {"c": conversation, "owner": self._owner}
 
-        async def work(conn: AsyncConnection) -> int:
-            return int((await conn.execute(self._sql.count, params)).scalar() or 0)
+        async def work(driver: Any) -> int:
+            rows = await self._driver.fetch(driver, self._sql.count, params)
+            return int(rows[0][0]) if rows else 0
 
-        return await self._run(work, mode="read", action="count", conversation=conversation)
+        return await self._run_fast(work, action="count", conversation=conversation)
 
     async def exists(self, conversation: str) -> bool:
         """Whether the conversation exists (and, for a view, is the user's)."""
         validate_id(conversation)
         params = {"c": conversation, "owner": self._owner}
 
-        async def work(conn: AsyncConnection) -> bool:
-            return (await conn.execute(self._sql.exists, params)).first() is not None
+        async def work(driver: Any) -> bool:
+            return bool(await self._driver.fetch(driver, self._sql.exists, params))
 
-        return await self._run(work, mode="read", action="exists", conversation=conversation)
+        return await self._run_fast(work, action="exists", conversation=conversation)
 
     # ------------------------------------------------------------------ write
 
@@ -478,28 +503,26 @@ class Store:
     async def _write_settled(
         self, conversation: str, batch: _Prepared, at: int | None, key: str, caller_key: bool
     ) -> WriteOutcome:
-        phase = "body"
-        outcome = _ZERO
-        fast = True
+        phase = ["body"]
         try:
-            while True:
-                try:
-                    async with self._engines["write"].connect() as conn:
-                        async with conn.begin():
-                            outcome = await self._write_tx(
-                                conn, conversation, batch, at, key, caller_key, fast
-                            )
-                            phase = "commit"
-                        phase = "done"
-                    break
-                except _KeyUsed:
-                    fast = False  # rolled back; decide under the lock instead
+            async with self._driver.connection(self._engine) as driver:
+                outcome = await self._write_fast(
+                    driver, conversation, batch, at, key, caller_key, phase
+                )
+            if outcome is None:
+                phase[0] = "body"
+                async with self._engines["write"].connect() as conn:
+                    async with conn.begin():
+                        outcome = await self._write_tx(conn, conversation, batch, at, key)
+                        phase[0] = "commit"
+                    phase[0] = "done"
         except HistStoreError:
             raise
-        except (sa_exc.SQLAlchemyError, OSError, ConnectionError, asyncio.TimeoutError) as exc:
-            if phase == "done":
-                return outcome  # committed; only giving the connection back failed
-            if phase == "body":
+        except DATABASE_ERRORS as exc:
+            if phase[0] == "done":
+                # Committed; only giving the connection back failed.
+                return WriteOutcome(len(batch.messages), False, None)
+            if phase[0] == "body":
                 raise WriteError(
                     f"write to conversation {conversation!r} failed before commit: {describe(exc)}",
                     outcome=_ZERO,
@@ -517,6 +540,62 @@ class Store:
             return WriteOutcome(len(batch.messages), False, length)
         return outcome
 
+    async def _write_fast(
+        self,
+        driver: Any,
+        conversation: str,
+        batch: _Prepared,
+        at: int | None,
+        key: str,
+        caller_key: bool,
+        phase: list[str],
+    ) -> WriteOutcome | None:
+        """The common write, straight on the driver: one statement locks the
+        conversation row, checks ``at`` and hands out the positions; then the batch's
+        record and its messages are inserted, and committed.
+
+        Returns ``None``, having rolled back, when the general path must decide (``at``
+        differs from the length, or the caller's key is recorded already).
+        """
+        run, sql = self._driver, self._sql
+        n = len(batch.messages)
+        now = _now()
+        params: dict[str, Any] = {"c": conversation, "owner": self._owner, "n": n, "now": now}
+        if at is not None:
+            params.update(at=at, new_length=at + n)
+        await run.begin(driver)
+        rows = await run.fetch(driver, sql.append if at is None else sql.append_at, params)
+        if not rows:
+            await run.rollback(driver)
+            if at is None:  # only a view's foreign conversation refuses an append
+                raise NotFound(f"conversation {conversation!r} not found")
+            return None
+        length = int(rows[0][0])
+        first = length - n
+        record = {
+            "conversation_id": conversation,
+            "key": key,
+            "position": first,
+            "count": n,
+            "digest": batch.digest,
+            "created_at": now,
+        }
+        if caller_key:
+            if not await run.fetch(driver, sql.insert_write_once, record):
+                await run.rollback(driver)
+                return None
+        else:
+            await run.execute(driver, sql.insert_write, record)
+        messages = _message_rows(conversation, first, batch, 0, now)
+        if len(messages) == 1:
+            await run.execute(driver, sql.insert_messages, messages[0])
+        elif messages:
+            await run.execute_many(driver, sql.insert_messages, messages)
+        phase[0] = "commit"
+        await run.commit(driver)
+        phase[0] = "done"
+        return WriteOutcome(n, False, length)
+
     async def _was_stored(self, conversation: str, key: str, cause: BaseException) -> int | None:
         """After a commit of unknown fate: the length if the batch is stored, else None.
 
@@ -531,7 +610,7 @@ class Store:
         try:
             async with self._engines["read"].connect() as conn:
                 row = (await conn.execute(stmt)).first()
-        except (sa_exc.SQLAlchemyError, OSError, ConnectionError, asyncio.TimeoutError):
+        except DATABASE_ERRORS:
             return None
         if row is None:
             raise WriteError(
@@ -549,63 +628,34 @@ class Store:
         batch: _Prepared,
         at: int | None,
         key: str,
-        caller_key: bool,
-        fast: bool,
     ) -> WriteOutcome:
-        """The write's transaction body.
-
-        The fast path is the common case: one statement locks the conversation row, checks
-        ``at`` and hands out the positions; the batch is appended whole. When it does not
-        apply (``at`` differs from the length, or the caller's key is already recorded,
-        which raises ``_KeyUsed`` so the caller retries with ``fast=False``), the general
-        path locks the row, reads what it needs, and decides.
-        """
+        """The general write, under the conversation's lock: confirms what is stored
+        already (``at`` overlapping, or a recorded key) and appends the rest."""
         n = len(batch.messages)
         now = _now()
-        if fast:
-            params = {"c": conversation, "owner": self._owner, "n": n, "now": now}
-            if at is None:
-                stmt: Any = self._sql.append
-            else:
-                stmt = self._sql.append_at
-                params.update(at=at, new_length=at + n)
-            length = (await conn.execute(stmt, params)).scalar()
-            if length is not None:
-                await self._insert_batch(
-                    conn, conversation, batch, length - n, 0, key, now, once=caller_key
-                )
-                return WriteOutcome(n, False, length)
-            if at is None:
-                raise NotFound(f"conversation {conversation!r} not found")
         # General path: lock the conversation row, then decide.
         row = await self._lock(conn, conversation)
         if row is None:
-            if at not in (None, 0):
-                raise ConflictError(
-                    f"write to conversation {conversation!r} at {at} leaves a gap: it holds"
-                    " 0 messages",
-                    outcome=_ZERO,
-                )
-            await self._touch(conn, conversation, now)
-            length = 0
+            # Another writer may create it first: the upsert then waits for it and
+            # returns the length it left. (A conflict below rolls the creation back.)
+            length = await self._touch(conn, conversation, now)
         else:
             length = int(row.length)
-        if caller_key:
-            rec = (
-                await conn.execute(
-                    select(_writes.c.digest, _writes.c.count).where(
-                        _writes.c.conversation_id == conversation, _writes.c.key == key
-                    )
+        rec = (
+            await conn.execute(
+                select(_writes.c.digest, _writes.c.count).where(
+                    _writes.c.conversation_id == conversation, _writes.c.key == key
                 )
-            ).first()
-            if rec is not None:
-                if rec[0] != batch.digest or rec[1] != n:
-                    raise ConflictError(
-                        f"idempotency key already used for another batch in conversation"
-                        f" {conversation!r}",
-                        outcome=_ZERO,
-                    )
-                return WriteOutcome(n, False, length)
+            )
+        ).first()
+        if rec is not None:
+            if rec[0] != batch.digest or rec[1] != n:
+                raise ConflictError(
+                    f"idempotency key already used for another batch in conversation"
+                    f" {conversation!r}",
+                    outcome=_ZERO,
+                )
+            return WriteOutcome(n, False, length)
         first = length if at is None else at
         if first > length:
             raise ConflictError(
@@ -652,43 +702,23 @@ class Store:
         skip: int,
         key: str,
         now: datetime,
-        first: int | None = None,
-        *,
-        once: bool = False,
+        first: int,
     ) -> None:
-        """Record the batch, then insert ``batch.messages[skip:]`` from ``position`` on.
-
-        With ``once``, a key already recorded raises ``_KeyUsed`` (the transaction must
-        then be rolled back).
-        """
-        record = {
-            "conversation_id": conversation,
-            "key": key,
-            "position": position if first is None else first,
-            "count": len(batch.messages),
-            "digest": batch.digest,
-            "created_at": now,
-        }
-        if once:
-            if (await conn.execute(self._sql.insert_write_once, record)).first() is None:
-                raise _KeyUsed
-        else:
-            await conn.execute(self._sql.insert_write, record)
-        rows = [
-            {
-                "conversation_id": conversation,
-                "position": position + i,
-                "role": m.role,
-                "data": m._text,
-                "token_count": tokens,
-                "created_at": now,
-            }
-            for i, (m, tokens) in enumerate(
-                zip(batch.messages[skip:], batch.tokens[skip:], strict=True)
+        """Record the batch (it starts at ``first``), then insert ``batch.messages[skip:]``
+        from ``position`` on."""
+        await conn.execute(
+            _writes.insert().values(
+                conversation_id=conversation,
+                key=key,
+                position=first,
+                count=len(batch.messages),
+                digest=batch.digest,
+                created_at=now,
             )
-        ]
+        )
+        rows = _message_rows(conversation, position, batch, skip, now)
         if rows:
-            await conn.execute(self._sql.insert_messages, rows if len(rows) > 1 else rows[0])
+            await conn.execute(_msg.insert(), rows)
 
     # ------------------------------------------------------------------ pop, clear
 
@@ -814,33 +844,37 @@ class Store:
 
         async def work(conn: AsyncConnection) -> None:
             now = _now()
-            row = (
+            # Create or lock the row in one statement (two savers of a new id must not
+            # both insert it). A new row gets the state's creation time; an existing
+            # one keeps its own, unless the times are being restored.
+            ins = _dialects.insert(self._dialect, _conv).values(
+                id=conversation,
+                owner=owner,
+                length=0,
+                created_at=state.created_at or now,
+                updated_at=now,
+            )
+            where = None if self._owner is None else (_conv.c.owner == self._owner)
+            locked = (
                 await conn.execute(
-                    _dialects.for_update(
-                        self._dialect,
-                        select(_conv.c.owner, _conv.c.created_at).where(_conv.c.id == conversation),
-                    )
+                    ins.on_conflict_do_update(
+                        index_elements=[_conv.c.id], set_={"updated_at": now}, where=where
+                    ).returning(_conv.c.id)
                 )
             ).first()
-            if row is not None and self._owner is not None and row.owner != self._owner:
+            if locked is None:
                 raise NotFound(f"conversation {conversation!r} not found")
             for table in (_msg, _writes, s.summaries, s.metadata_entries):
                 await conn.execute(delete(table).where(table.c.conversation_id == conversation))
-            created = state.created_at if keep_times and state.created_at else None
-            if created is None:
-                created = row.created_at if row is not None else (state.created_at or now)
-            updated = (state.updated_at if keep_times else None) or now
-            values = {
+            values: dict[str, Any] = {
                 "owner": owner,
                 "system_prompt": state.system_prompt,
                 "length": len(prepared.messages),
-                "created_at": created,
-                "updated_at": updated,
+                "updated_at": (state.updated_at if keep_times else None) or now,
             }
-            if row is None:
-                await conn.execute(_conv.insert().values(id=conversation, **values))
-            else:
-                await conn.execute(update(_conv).where(_conv.c.id == conversation).values(values))
+            if keep_times and state.created_at is not None:
+                values["created_at"] = state.created_at
+            await conn.execute(update(_conv).where(_conv.c.id == conversation).values(values))
             rows = [
                 {
                     "conversation_id": conversation,
@@ -896,26 +930,35 @@ class Store:
             ).first()
             if src is None:
                 raise NotFound(f"conversation {source!r} not found")
-            taken = (await conn.execute(select(_conv.c.owner).where(_conv.c.id == target))).first()
-            if taken is not None:
-                if self._owner is not None and taken.owner != self._owner:
-                    raise NotFound(f"conversation {target!r} not found")
-                raise ConflictError(f"conversation {target!r} already exists")
             length = src.length if upto is None else min(upto, src.length)
             now = _now()
-            await conn.execute(
-                _conv.insert().values(
-                    id=target,
-                    owner=src.owner,
-                    system_prompt=src.system_prompt,
-                    length=length,
-                    created_at=now,
-                    updated_at=now,
+            # Insert-if-absent: of two forks racing to one target, one creates it and
+            # the other sees it taken.
+            created = (
+                await conn.execute(
+                    _dialects.insert(self._dialect, _conv)
+                    .values(
+                        id=target,
+                        owner=src.owner,
+                        system_prompt=src.system_prompt,
+                        length=length,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                    .on_conflict_do_nothing(index_elements=[_conv.c.id])
+                    .returning(_conv.c.id)
                 )
-            )
+            ).first()
+            if created is None:
+                taken = (
+                    await conn.execute(select(_conv.c.owner).where(_conv.c.id == target))
+                ).first()
+                if self._owner is not None and (taken is None or taken.owner != self._owner):
+                    raise NotFound(f"conversation {target!r} not found")
+                raise ConflictError(f"conversation {target!r} already exists")
             copies: list[tuple[Any, ColumnElement[bool] | None]] = [
                 (_msg, _msg.c.position < length),
-                (s.summaries, s.summaries.c.end < length),
+                (s.summaries, None if upto is None else s.summaries.c.end < upto),
                 (s.metadata_entries, None),
                 (s.lists, None),
                 (s.list_items, None),
@@ -1319,3 +1362,22 @@ def _encode_item(item: Any) -> tuple[str | None, bytes | None]:
         return None, bytes(item)
     text, _copy, _size = _codec.encode(item, what="list item")
     return text, None
+
+
+def _message_rows(
+    conversation: str, position: int, batch: _Prepared, skip: int, now: datetime
+) -> list[dict[str, Any]]:
+    """Rows for ``batch.messages[skip:]``, placed from ``position`` on."""
+    return [
+        {
+            "conversation_id": conversation,
+            "position": position + i,
+            "role": m.role,
+            "data": m._text,
+            "token_count": tokens,
+            "created_at": now,
+        }
+        for i, (m, tokens) in enumerate(
+            zip(batch.messages[skip:], batch.tokens[skip:], strict=True)
+        )
+    ]

@@ -1,0 +1,5 @@
+"""``python -m histstore``: the same as the ``histstore`` command."""
+
+from .cli import main
+
+main()
