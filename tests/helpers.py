@@ -1,0 +1,128 @@
+"""Small helpers shared by the behaviour tests (not fixtures: see conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from hypothesis import strategies as st
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import make_url
+
+import histstore
+
+REPO = Path(__file__).resolve().parent.parent
+PG_ADMIN_URL = os.environ.get("HISTSTORE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def new_id(prefix: str = "conv") -> str:
+    """A fresh, unguessable id."""
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def user_msgs(n: int, tag: str = "m") -> list[dict[str, Any]]:
+    """``n`` distinct user message dicts, ``{tag}-0`` ... ``{tag}-{n-1}``."""
+    return [{"role": "user", "content": f"{tag}-{i}"} for i in range(n)]
+
+
+async def snapshot(store: histstore.Store, conversation: str) -> tuple[bool, int, list[Any]]:
+    """What a conversation holds, for before/after comparisons."""
+    messages = await store.read(conversation)
+    return (
+        await store.exists(conversation),
+        await store.count(conversation),
+        [(m.position, m.to_dict()) for m in messages],
+    )
+
+
+def subprocess_env() -> dict[str, str]:
+    """The environment for a child Python that must import this checkout's histstore."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return env
+
+
+PYTHON = sys.executable
+
+
+def is_database_error(exc: BaseException | None) -> bool:
+    """Whether ``exc`` comes from the database layer: SQLAlchemy's or a driver's own error."""
+    if isinstance(exc, (sa_exc.SQLAlchemyError, sqlite3.Error)):
+        return True
+    return exc is not None and type(exc).__module__.split(".")[0] == "asyncpg"
+
+
+# Arbitrary JSON that Python's json module round-trips exactly.
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=10), children, max_size=5)
+    ),
+    max_leaves=25,
+)
+
+
+def deep(levels: int) -> Any:
+    """A value nested ``levels`` deep, alternating lists and objects."""
+    value: Any = "bottom"
+    for i in range(levels):
+        value = [value] if i % 2 else {"k": value}
+    return value
+
+
+async def _pg_execute(sql: str, database: str | None = None) -> None:
+    import asyncpg
+
+    url = make_url(PG_ADMIN_URL)
+    conn = await asyncpg.connect(
+        user=url.username,
+        password=url.password,
+        host=url.host,
+        port=url.port,
+        database=database or url.database,
+    )
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+async def pg_fetch(url: str, sql: str) -> list[Sequence[Any]]:
+    """Run a query on the Postgres database at ``url`` with a separate asyncpg session."""
+    import asyncpg
+
+    u = make_url(url)
+    conn = await asyncpg.connect(
+        user=u.username, password=u.password, host=u.host, port=u.port, database=u.database
+    )
+    try:
+        return list(await conn.fetch(sql))
+    finally:
+        await conn.close()
+
+
+@asynccontextmanager
+async def empty_pg_database() -> AsyncIterator[str]:
+    """A new, empty Postgres database (no histstore schema); dropped afterwards.
+
+    Yields its URL without a driver name (``postgresql://...``).
+    """
+    name = f"histstore_empty_{uuid.uuid4().hex[:12]}"
+    await _pg_execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    finally:
+        await _pg_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
