@@ -1,0 +1,216 @@
+"""Helpers shared by the benchmarks: chat messages, throwaway databases, timing, tables."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import statistics
+import sys
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import URL, make_url
+
+__all__ = [
+    "DEFAULT_PG_URL",
+    "REPO_ROOT",
+    "asyncpg_kwargs",
+    "batch_digest",
+    "chat_messages",
+    "encode",
+    "median",
+    "pg_databases",
+    "render_table",
+    "sqlite_timestamp",
+]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+if str(REPO_ROOT) not in sys.path:
+    # Lets ``python bench/turns.py`` run from a checkout without installing the package.
+    sys.path.insert(0, str(REPO_ROOT))
+
+_WORDS = [
+    "the",
+    "a",
+    "to",
+    "of",
+    "and",
+    "in",
+    "that",
+    "it",
+    "for",
+    "you",
+    "is",
+    "on",
+    "with",
+    "this",
+    "be",
+    "can",
+    "as",
+    "at",
+    "we",
+    "your",
+    "not",
+    "are",
+    "have",
+    "will",
+    "an",
+    "if",
+    "or",
+    "by",
+    "from",
+    "but",
+    "so",
+    "about",
+    "what",
+    "how",
+    "when",
+    "use",
+    "file",
+    "code",
+    "test",
+    "run",
+    "data",
+    "query",
+    "table",
+    "index",
+    "error",
+    "value",
+    "config",
+    "server",
+    "request",
+    "response",
+    "model",
+    "agent",
+    "tool",
+    "call",
+    "result",
+    "message",
+    "history",
+    "user",
+    "token",
+    "window",
+    "memory",
+    "cache",
+    "write",
+    "read",
+    "commit",
+    "retry",
+    "timeout",
+    "latency",
+    "deploy",
+    "build",
+    "branch",
+    "merge",
+    "review",
+    "schema",
+    "migration",
+    "function",
+    "return",
+]
+
+
+def _sentence(rng: random.Random, chars: int) -> str:
+    words: list[str] = []
+    size = 0
+    while size < chars:
+        w = rng.choice(_WORDS)
+        words.append(w)
+        size += len(w) + 1
+    text = " ".join(words)
+    return text[0].upper() + text[1:] + "."
+
+
+def chat_messages(count: int, *, seed: int = 7) -> list[dict[str, Any]]:
+    """``count`` chat messages alternating user/assistant, each about 200 bytes of JSON."""
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    for i in range(count):
+        if i % 2 == 0:
+            out.append({"role": "user", "content": _sentence(rng, rng.randint(140, 180))})
+        else:
+            out.append({"role": "assistant", "content": _sentence(rng, rng.randint(130, 170))})
+    return out
+
+
+def encode(message: dict[str, Any]) -> str:
+    """Compact JSON text, as a minimal store would keep it."""
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+
+
+def batch_digest(texts: Sequence[str]) -> str:
+    """A SHA-256 over a batch's JSON texts (the raw baseline's idempotency record)."""
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8"))
+    return h.hexdigest()
+
+
+def sqlite_timestamp(dt: datetime) -> str:
+    """A UTC time in the text form SQLAlchemy stores in SQLite ``DATETIME`` columns."""
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def median(values: Sequence[float]) -> float:
+    """The median (0.0 for no values)."""
+    return statistics.median(values) if values else 0.0
+
+
+def asyncpg_kwargs(url: str | URL) -> dict[str, Any]:
+    """``asyncpg.connect`` keyword arguments for a SQLAlchemy-style Postgres URL."""
+    u = make_url(url)
+    return {
+        "user": u.username,
+        "password": u.password,
+        "host": u.host,
+        "port": u.port,
+        "database": u.database,
+    }
+
+
+@asynccontextmanager
+async def pg_databases(admin_url: str, names: Sequence[str]) -> AsyncIterator[dict[str, str]]:
+    """Create throwaway Postgres databases (one per name), yield their URLs, drop them."""
+    import asyncpg
+
+    tag = uuid.uuid4().hex[:10]
+    real = {name: f"histstore_bench_{tag}_{name}" for name in names}
+    admin = await asyncpg.connect(**asyncpg_kwargs(admin_url))
+    try:
+        created: list[str] = []
+        try:
+            for db in real.values():
+                await admin.execute(f'CREATE DATABASE "{db}"')
+                created.append(db)
+            base = make_url(admin_url)
+            yield {
+                name: base.set(database=db).render_as_string(hide_password=False)
+                for name, db in real.items()
+            }
+        finally:
+            for db in created:
+                await admin.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain-text table; the first column is left-aligned, the rest right-aligned."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = []
+        for i, cell in enumerate(cells):
+            side = "<" if i == 0 else ">"
+            parts.append(f"{cell:{side}{widths[i]}}")
+        return "  ".join(parts).rstrip()
+
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), sep, *(line(r) for r in rows)])

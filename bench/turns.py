@@ -1,0 +1,674 @@
+"""Benchmark: histstore against the raw driver doing the same minimal SQL.
+
+Run from a checkout::
+
+    python bench/turns.py [--backend sqlite|postgres|all] [--pg-url URL] [--quick]
+                          [--repeat N] [--sqlite-dir DIR] [--json FILE]
+
+It measures, in one run and on each backend:
+
+(a) An agent turn: read the newest 20 messages of a conversation, then write 2 messages
+    (a user message and the reply, about 200 bytes of JSON each), over 100
+    conversations x 50 turns, first sequentially and then with 16 concurrent tasks.
+    The figure is wall time / turns, the median over ``--repeat`` runs; histstore and the
+    raw baseline alternate which runs first. Target: histstore costs at most 1.5x raw.
+(b) ``read(c, limit=20)`` on conversations of 100, 10,000 and 100,000 messages (filled
+    with multi-row inserts on the same schema). The figure is the median latency of many
+    reads. Target: the 100k read costs at most 1.3x the 100-message one.
+
+The raw baseline does what histstore does for the same call, with nothing more, on a
+separate database whose schema ``histstore.connect(url, migrate=True)`` created:
+
+* read: ``SELECT data, position, created_at FROM histstore_messages WHERE
+  conversation_id = $1 ORDER BY position DESC LIMIT 20`` (rows reversed, not decoded;
+  no explicit transaction).
+* write: a transaction (SQLite: ``BEGIN IMMEDIATE``) running the conversation upsert
+  that returns the new length (``INSERT ... ON CONFLICT (id) DO UPDATE SET length =
+  length + 2 ... RETURNING length``), an executemany of the 2 message rows and the
+  insert of the batch's idempotency record (a uuid key and a SHA-256 of the JSON texts),
+  then ``COMMIT``. Messages are encoded with ``json.dumps``.
+* SQLite: aiosqlite with ``isolation_level=None``, WAL, ``synchronous=FULL`` and a 30 s
+  busy timeout, as histstore's defaults. With 16 tasks each task has its own
+  connection (16 connections, each with its aiosqlite thread).
+* Postgres: asyncpg; an ``asyncpg.create_pool`` of as many connections as tasks (1 or
+  16), one ``acquire`` per turn (read and write on it), with the per-release reset
+  query turned off (histstore's SQLAlchemy pool does not send one either).
+
+histstore is used as a user would: ``histstore.connect(url)`` with default options, one
+store shared by all tasks, ``store.read(c, limit=20)`` and ``store.write(c, [dict, dict])``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import re
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+import uuid
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from _common import (
+    DEFAULT_PG_URL,
+    asyncpg_kwargs,
+    batch_digest,
+    chat_messages,
+    encode,
+    median,
+    pg_databases,
+    render_table,
+    sqlite_timestamp,
+)
+
+import histstore  # importable once _common has put the checkout on sys.path
+
+READ_LIMIT = 20
+TURN_TARGET = 1.5
+READ_TARGET = 1.3
+
+READ_SQL = (
+    "SELECT data, position, created_at FROM histstore_messages"
+    " WHERE conversation_id = $1 ORDER BY position DESC LIMIT $2"
+)
+UPSERT_SQL = (
+    "INSERT INTO histstore_conversations (id, owner, length, created_at, updated_at)"
+    " VALUES ($1, NULL, $2, $3, $3) ON CONFLICT (id) DO UPDATE"
+    " SET length = histstore_conversations.length + $2, updated_at = $3 RETURNING length"
+)
+INSERT_MESSAGE_SQL = (
+    "INSERT INTO histstore_messages"
+    " (conversation_id, position, role, data, token_count, created_at)"
+    " VALUES ($1, $2, $3, $4, NULL, $5)"
+)
+INSERT_WRITE_SQL = (
+    'INSERT INTO histstore_writes (conversation_id, "key", position, count, digest, created_at)'
+    " VALUES ($1, $2, $3, $4, $5, $6)"
+)
+INSERT_CONVERSATION_SQL = (
+    "INSERT INTO histstore_conversations (id, owner, length, created_at, updated_at)"
+    " VALUES ($1, NULL, $2, $3, $3)"
+)
+
+
+def qmark(sql: str) -> str:
+    """The Postgres-style ``$n`` placeholders as SQLite's numbered ``?n``."""
+    return re.sub(r"\$(\d+)", r"?\1", sql)
+
+
+@dataclass(frozen=True)
+class Config:
+    conversations: int
+    turns: int
+    tasks: int
+    repeats: int
+    read_sizes: tuple[int, ...]
+    reads: int  # timed reads per size and side
+
+
+FULL = Config(
+    conversations=100, turns=50, tasks=16, repeats=3, read_sizes=(100, 10_000, 100_000), reads=2000
+)
+QUICK = Config(
+    conversations=20, turns=5, tasks=16, repeats=1, read_sizes=(100, 1000, 5000), reads=50
+)
+
+
+def log(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------- the two sides
+
+
+class Side(Protocol):
+    name: str
+
+    async def prepare(self, workers: int) -> None: ...
+    async def turn(self, worker: int, cid: str, batch: list[dict[str, Any]]) -> None: ...
+    async def read(self, worker: int, cid: str) -> Sequence[Any]: ...
+    async def length(self, cid: str) -> int: ...
+    async def close(self) -> None: ...
+
+
+class HistSide:
+    """histstore, one store shared by every task."""
+
+    name = "histstore"
+
+    def __init__(self, store: histstore.Store) -> None:
+        self.store = store
+        self.new_connections = 0
+        from sqlalchemy import event
+
+        def on_connect(*_: object) -> None:
+            self.new_connections += 1
+
+        event.listen(store.engine.sync_engine, "connect", on_connect)
+
+    async def prepare(self, workers: int) -> None:
+        return None
+
+    async def turn(self, worker: int, cid: str, batch: list[dict[str, Any]]) -> None:
+        await self.store.read(cid, limit=READ_LIMIT)
+        await self.store.write(cid, batch)
+
+    async def read(self, worker: int, cid: str) -> Sequence[Any]:
+        return await self.store.read(cid, limit=READ_LIMIT)
+
+    async def length(self, cid: str) -> int:
+        return await self.store.count(cid)
+
+    async def close(self) -> None:
+        await self.store.close()
+
+
+class RawSqlite:
+    """aiosqlite on the same schema; one connection per task."""
+
+    name = "raw"
+    read_sql = qmark(READ_SQL)
+    upsert_sql = qmark(UPSERT_SQL)
+    message_sql = qmark(INSERT_MESSAGE_SQL)
+    write_sql = qmark(INSERT_WRITE_SQL)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.conns: list[Any] = []
+
+    async def prepare(self, workers: int) -> None:
+        import aiosqlite
+
+        while len(self.conns) < workers:
+            conn = await aiosqlite.connect(self.path, isolation_level=None)
+            await conn.execute("PRAGMA busy_timeout = 30000")
+            await conn.execute("PRAGMA synchronous = FULL")
+            await conn.execute("PRAGMA journal_mode = WAL")
+            self.conns.append(conn)
+
+    async def read(self, worker: int, cid: str) -> Sequence[Any]:
+        rows = await self.conns[worker].execute_fetchall(self.read_sql, (cid, READ_LIMIT))
+        return list(reversed(list(rows)))
+
+    async def turn(self, worker: int, cid: str, batch: list[dict[str, Any]]) -> None:
+        conn = self.conns[worker]
+        await conn.execute_fetchall(self.read_sql, (cid, READ_LIMIT))
+        texts = [encode(m) for m in batch]
+        n = len(texts)
+        now = sqlite_timestamp(datetime.now(timezone.utc))
+        await conn.execute("BEGIN IMMEDIATE")
+        try:
+            length = (await conn.execute_fetchall(self.upsert_sql, (cid, n, now)))[0][0]
+            first = length - n
+            rows = [
+                (cid, first + i, m["role"], t, now)
+                for i, (m, t) in enumerate(zip(batch, texts, strict=True))
+            ]
+            await conn.executemany(self.message_sql, rows)
+            await conn.execute(
+                self.write_sql, (cid, uuid.uuid4().hex, first, n, batch_digest(texts), now)
+            )
+            await conn.execute("COMMIT")
+        except BaseException:
+            await conn.execute("ROLLBACK")
+            raise
+
+    async def length(self, cid: str) -> int:
+        await self.prepare(1)
+        rows = await self.conns[0].execute_fetchall(
+            "SELECT length FROM histstore_conversations WHERE id = ?", (cid,)
+        )
+        return int(next(iter(rows))[0]) if rows else 0
+
+    async def close(self) -> None:
+        for conn in self.conns:
+            await conn.close()
+        self.conns.clear()
+
+
+async def _no_reset(conn: Any) -> None:
+    return None
+
+
+class RawPostgres:
+    """asyncpg on the same schema; a pool with one connection per task."""
+
+    name = "raw"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.pool: Any = None
+        self.size = 0
+
+    async def prepare(self, workers: int) -> None:
+        import asyncpg
+
+        if self.pool is not None and self.size == workers:
+            return
+        if self.pool is not None:
+            await self.pool.close()
+        self.pool = await asyncpg.create_pool(
+            min_size=workers,
+            max_size=workers,
+            max_queries=10**9,
+            reset=_no_reset,
+            **asyncpg_kwargs(self.url),
+        )
+        self.size = workers
+
+    async def read(self, worker: int, cid: str) -> Sequence[Any]:
+        async with self.pool.acquire() as conn:
+            rows: list[Any] = await conn.fetch(READ_SQL, cid, READ_LIMIT)
+        return rows[::-1]
+
+    async def turn(self, worker: int, cid: str, batch: list[dict[str, Any]]) -> None:
+        async with self.pool.acquire() as conn:
+            await conn.fetch(READ_SQL, cid, READ_LIMIT)
+            texts = [encode(m) for m in batch]
+            n = len(texts)
+            now = datetime.now(timezone.utc)
+            async with conn.transaction():
+                length = await conn.fetchval(UPSERT_SQL, cid, n, now)
+                first = length - n
+                await conn.executemany(
+                    INSERT_MESSAGE_SQL,
+                    [
+                        (cid, first + i, m["role"], t, now)
+                        for i, (m, t) in enumerate(zip(batch, texts, strict=True))
+                    ],
+                )
+                await conn.execute(
+                    INSERT_WRITE_SQL, cid, uuid.uuid4().hex, first, n, batch_digest(texts), now
+                )
+
+    async def length(self, cid: str) -> int:
+        await self.prepare(max(self.size, 1))
+        async with self.pool.acquire() as conn:
+            value = await conn.fetchval(
+                "SELECT length FROM histstore_conversations WHERE id = $1", cid
+            )
+        return int(value or 0)
+
+    async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
+            self.pool = None
+
+
+# ---------------------------------------------------------------------- (a) turns
+
+
+async def run_turns(
+    side: Side, *, conversations: int, turns: int, workers: int, messages: list[dict[str, Any]]
+) -> tuple[float, float, list[str]]:
+    """Run ``turns`` turns on each of ``conversations`` new conversations.
+
+    Returns the wall time, this process's CPU time (all its threads) and the ids.
+
+    A conversation is handled by one task at a time: tasks take the next conversation
+    from a shared queue, run one turn, and put it back at the end while turns remain.
+    """
+    cids = [f"bench-{uuid.uuid4().hex}" for _ in range(conversations)]
+    queue: deque[tuple[str, int]] = deque((cid, 0) for cid in cids)
+    pool_size = len(messages) // 2
+    counter = 0
+
+    async def worker(w: int) -> None:
+        nonlocal counter
+        while queue:
+            cid, done = queue.popleft()
+            k = counter % pool_size
+            counter += 1
+            await side.turn(w, cid, messages[2 * k : 2 * k + 2])
+            if done + 1 < turns:
+                queue.append((cid, done + 1))
+
+    await side.prepare(workers)
+    start, cpu = time.perf_counter(), time.process_time()
+    await asyncio.gather(*(worker(w) for w in range(workers)))
+    return time.perf_counter() - start, time.process_time() - cpu, cids
+
+
+@dataclass
+class TurnResult:
+    scenario: str
+    workers: int
+    turns: int
+    histstore_us: list[float]
+    raw_us: list[float]
+    histstore_median_us: float
+    raw_median_us: float
+    ratio: float
+    target: float
+    passed: bool
+    histstore_cpu_us: list[float]
+    raw_cpu_us: list[float]
+    cpu_ratio: float
+    histstore_new_connections: int
+
+
+async def bench_turns(
+    hist: HistSide, raw: Side, cfg: Config, workers: int, label: str, messages: list[dict[str, Any]]
+) -> TurnResult:
+    sides: list[Side] = [hist, raw]
+    warm = max(workers, min(cfg.conversations, 16))
+    for side in sides:
+        await run_turns(side, conversations=warm, turns=5, workers=workers, messages=messages)
+    times: dict[str, list[float]] = {"histstore": [], "raw": []}
+    cpu_times: dict[str, list[float]] = {"histstore": [], "raw": []}
+    total = cfg.conversations * cfg.turns
+    connects_before = hist.new_connections
+    for rep in range(cfg.repeats):
+        for side in sides if rep % 2 == 0 else sides[::-1]:
+            elapsed, cpu, cids = await run_turns(
+                side,
+                conversations=cfg.conversations,
+                turns=cfg.turns,
+                workers=workers,
+                messages=messages,
+            )
+            got = await side.length(cids[0])
+            if got != 2 * cfg.turns:
+                raise RuntimeError(f"{side.name}: a conversation holds {got} messages")
+            us = elapsed / total * 1e6
+            times[side.name].append(us)
+            cpu_times[side.name].append(cpu / total * 1e6)
+            log(
+                f"  {label} run {rep + 1}/{cfg.repeats}: {side.name} {us:,.0f} us/turn"
+                f" (cpu {cpu_times[side.name][-1]:,.0f} us/turn)"
+            )
+    h, r = median(times["histstore"]), median(times["raw"])
+    ratio = h / r
+    return TurnResult(
+        scenario=label,
+        workers=workers,
+        turns=total,
+        histstore_us=times["histstore"],
+        raw_us=times["raw"],
+        histstore_median_us=h,
+        raw_median_us=r,
+        ratio=ratio,
+        target=TURN_TARGET,
+        passed=ratio <= TURN_TARGET,
+        histstore_cpu_us=cpu_times["histstore"],
+        raw_cpu_us=cpu_times["raw"],
+        cpu_ratio=median(cpu_times["histstore"]) / median(cpu_times["raw"]),
+        histstore_new_connections=hist.new_connections - connects_before,
+    )
+
+
+# ---------------------------------------------------------------------- (b) reads
+
+
+async def fill_sqlite(path: str, cid: str, n: int, messages: list[dict[str, Any]]) -> None:
+    import aiosqlite
+
+    texts = [(m["role"], encode(m)) for m in messages]
+    now = sqlite_timestamp(datetime.now(timezone.utc))
+    async with aiosqlite.connect(path, isolation_level=None) as conn:
+        await conn.execute("BEGIN IMMEDIATE")
+        await conn.execute(qmark(INSERT_CONVERSATION_SQL), (cid, n, now))
+        sql = qmark(INSERT_MESSAGE_SQL)
+        chunk = 20_000
+        for lo in range(0, n, chunk):
+            rows = [(cid, p, *texts[p % len(texts)], now) for p in range(lo, min(n, lo + chunk))]
+            await conn.executemany(sql, rows)
+        await conn.execute("COMMIT")
+        await conn.execute("ANALYZE")
+
+
+async def fill_postgres(url: str, cid: str, n: int, messages: list[dict[str, Any]]) -> None:
+    import asyncpg
+
+    texts = [(m["role"], encode(m)) for m in messages]
+    now = datetime.now(timezone.utc)
+    conn = await asyncpg.connect(**asyncpg_kwargs(url))
+    try:
+        async with conn.transaction():
+            await conn.execute(INSERT_CONVERSATION_SQL, cid, n, now)
+            await conn.copy_records_to_table(
+                "histstore_messages",
+                columns=["conversation_id", "position", "role", "data", "created_at"],
+                records=((cid, p, *texts[p % len(texts)], now) for p in range(n)),
+            )
+        await conn.execute("ANALYZE histstore_messages")
+    finally:
+        await conn.close()
+
+
+@dataclass
+class ReadResult:
+    sizes: list[int]
+    histstore_us: list[float]
+    raw_us: list[float]
+    histstore_ratio: float
+    raw_ratio: float
+    target: float
+    passed: bool
+
+
+async def bench_reads(
+    kind: str, url: str, cfg: Config, messages: list[dict[str, Any]]
+) -> ReadResult:
+    cids: dict[int, str] = {}
+    for n in cfg.read_sizes:
+        cid = f"bench-read-{n}-{uuid.uuid4().hex}"
+        if kind == "sqlite":
+            await fill_sqlite(url, cid, n, messages)
+        else:
+            await fill_postgres(url, cid, n, messages)
+        cids[n] = cid
+        log(f"  filled a conversation of {n:,} messages")
+    hist = HistSide(await histstore.connect(url))
+    raw: Side = RawSqlite(url) if kind == "sqlite" else RawPostgres(url)
+    await raw.prepare(1)
+    sides: list[Side] = [hist, raw]
+    lat: dict[str, list[float]] = {"histstore": [], "raw": []}
+    try:
+        for side in sides:  # warm up connections, statement caches and the page cache
+            for cid in cids.values():
+                for _ in range(100):
+                    await side.read(0, cid)
+        for n, cid in cids.items():
+            for side in sides:
+                got = await side.read(0, cid)
+                if len(got) != min(n, READ_LIMIT):
+                    raise RuntimeError(f"{side.name}: read {len(got)} messages of {n}")
+            samples: dict[str, list[float]] = {"histstore": [], "raw": []}
+            for i in range(cfg.reads):
+                for side in sides if i % 2 == 0 else sides[::-1]:
+                    t0 = time.perf_counter()
+                    await side.read(0, cid)
+                    samples[side.name].append(time.perf_counter() - t0)
+            for name, values in samples.items():
+                lat[name].append(median(values) * 1e6)
+            log(
+                f"  read(limit=20) on {n:,} messages: histstore {lat['histstore'][-1]:,.0f} us,"
+                f" raw {lat['raw'][-1]:,.0f} us"
+            )
+    finally:
+        await hist.close()
+        await raw.close()
+    h_ratio = lat["histstore"][-1] / lat["histstore"][0]
+    return ReadResult(
+        sizes=list(cfg.read_sizes),
+        histstore_us=lat["histstore"],
+        raw_us=lat["raw"],
+        histstore_ratio=h_ratio,
+        raw_ratio=lat["raw"][-1] / lat["raw"][0],
+        target=READ_TARGET,
+        passed=h_ratio <= READ_TARGET,
+    )
+
+
+# ---------------------------------------------------------------------- per backend
+
+
+async def bench_backend(kind: str, urls: dict[str, str], cfg: Config) -> dict[str, Any]:
+    messages = chat_messages(1000)
+    for name in ("raw", "reads"):
+        await (await histstore.connect(urls[name], migrate=True)).close()
+    hist = HistSide(await histstore.connect(urls["hs"], migrate=True))
+    raw: Side = RawSqlite(urls["raw"]) if kind == "sqlite" else RawPostgres(urls["raw"])
+    turns: list[TurnResult] = []
+    try:
+        for workers, label in ((1, "sequential"), (cfg.tasks, f"{cfg.tasks} tasks")):
+            log(f"{kind}: turns, {label}")
+            turns.append(await bench_turns(hist, raw, cfg, workers, label, messages))
+    finally:
+        await hist.close()
+        await raw.close()
+    log(f"{kind}: read scaling")
+    reads = await bench_reads(kind, urls["reads"], cfg, messages)
+    return {"turns": [asdict(t) for t in turns], "reads": asdict(reads)}
+
+
+async def run_sqlite(cfg: Config, directory: str | None) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="histstore-bench-", dir=directory))
+    try:
+        urls = {name: str(tmp / f"{name}.db") for name in ("hs", "raw", "reads")}
+        result = await bench_backend("sqlite", urls, cfg)
+        result["server"] = f"SQLite {sqlite3.sqlite_version}, files in {tmp}"
+        return result
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def run_postgres(cfg: Config, admin_url: str) -> dict[str, Any]:
+    import asyncpg
+
+    async with pg_databases(admin_url, ["hs", "raw", "reads"]) as urls:
+        conn = await asyncpg.connect(**asyncpg_kwargs(urls["hs"]))
+        try:
+            settings = {
+                k: await conn.fetchval(f"SHOW {k}")
+                for k in ("server_version", "fsync", "synchronous_commit")
+            }
+        finally:
+            await conn.close()
+        result = await bench_backend("postgres", urls, cfg)
+        result["server"] = "PostgreSQL " + ", ".join(f"{k}={v}" for k, v in settings.items())
+        return result
+
+
+# ---------------------------------------------------------------------- report
+
+
+def report(results: dict[str, dict[str, Any]]) -> str:
+    out: list[str] = []
+    rows = []
+    for kind, res in results.items():
+        for t in res["turns"]:
+            rows.append(
+                [
+                    kind,
+                    t["scenario"],
+                    f"{t['histstore_median_us']:,.0f}",
+                    f"{t['raw_median_us']:,.0f}",
+                    f"{t['ratio']:.2f}x",
+                    f"<= {t['target']}x",
+                    "PASS" if t["passed"] else "FAIL",
+                    f"{median(t['histstore_cpu_us']):,.0f}",
+                    f"{median(t['raw_cpu_us']):,.0f}",
+                    f"{t['cpu_ratio']:.2f}x",
+                ]
+            )
+    out.append("Agent turn (read newest 20 + write 2): wall time per turn, median of runs;")
+    out.append("the target applies to the wall-time ratio; CPU is this process's, all threads")
+    headers = ["backend", "scenario", "histstore us", "raw us", "ratio", "target", "result"]
+    headers += ["hs cpu us", "raw cpu us", "cpu ratio"]
+    out.append(render_table(headers, rows))
+    rows = []
+    for kind, res in results.items():
+        r = res["reads"]
+        for n, h, w in zip(r["sizes"], r["histstore_us"], r["raw_us"], strict=True):
+            rows.append(
+                [kind, f"{n:,} messages", f"{h:,.0f}", f"{w:,.0f}", f"{h / w:.2f}x", "", ""]
+            )
+        big, small = r["sizes"][-1], r["sizes"][0]
+        rows.append(
+            [
+                kind,
+                f"ratio {big:,}/{small:,}",
+                f"{r['histstore_ratio']:.2f}x",
+                f"{r['raw_ratio']:.2f}x",
+                "",
+                f"<= {r['target']}x",
+                "PASS" if r["passed"] else "FAIL",
+            ]
+        )
+    out.append("")
+    out.append("read(limit=20) latency, median us (raw for reference)")
+    out.append(
+        render_table(
+            ["backend", "conversation", "histstore us", "raw us", "hs/raw", "target", "result"],
+            rows,
+        )
+    )
+    out.append("")
+    for kind, res in results.items():
+        out.append(f"{kind}: {res['server']}")
+        for t in res["turns"]:
+            if t["histstore_new_connections"]:
+                out.append(
+                    f"  note: histstore's pool opened {t['histstore_new_connections']} new"
+                    f" connections during the timed {t['scenario']} runs"
+                )
+    return "\n".join(out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
+    parser.add_argument(
+        "--pg-url", default=DEFAULT_PG_URL, help="a database to connect to (default: %(default)s)"
+    )
+    parser.add_argument("--quick", action="store_true", help="a scaled-down run (smoke test)")
+    parser.add_argument("--repeat", type=int, default=None, help="timed runs per scenario")
+    parser.add_argument("--sqlite-dir", default=None, help="where the SQLite files go")
+    parser.add_argument("--json", metavar="FILE", default=None, help="also write results here")
+    args = parser.parse_args(argv)
+    cfg = QUICK if args.quick else FULL
+    if args.repeat is not None:
+        cfg = Config(**{**asdict(cfg), "repeats": max(1, args.repeat)})
+    kinds = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]
+
+    async def run_all() -> dict[str, dict[str, Any]]:
+        results: dict[str, dict[str, Any]] = {}
+        for kind in kinds:
+            if kind == "sqlite":
+                results[kind] = await run_sqlite(cfg, args.sqlite_dir)
+            else:
+                results[kind] = await run_postgres(cfg, args.pg_url)
+        return results
+
+    results = asyncio.run(run_all())
+    print(report(results))
+    if args.json:
+        import aiosqlite
+        import sqlalchemy
+
+        versions = {"python": platform.python_version(), "sqlalchemy": sqlalchemy.__version__}
+        versions["aiosqlite"] = aiosqlite.__version__
+        try:
+            import asyncpg
+
+            versions["asyncpg"] = asyncpg.__version__
+        except ImportError:
+            pass
+        doc = {"config": asdict(cfg), "versions": versions, "results": results}
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
