@@ -214,13 +214,15 @@ class Summary:
     def __post_init__(self) -> None:
         for name in ("start", "end"):
             v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise InvalidMessage(f"Summary.{name} must be an int >= 0")
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2**63:
+                raise InvalidMessage(f"Summary.{name} must be an int from 0 to 2**63-1")
         if self.end < self.start:
             raise InvalidMessage("Summary.end must not be before Summary.start")
         tc = self.token_count
-        if tc is not None and (not isinstance(tc, int) or isinstance(tc, bool) or tc < 0):
-            raise InvalidMessage("Summary.token_count must be an int >= 0 or None")
+        if tc is not None and (
+            not isinstance(tc, int) or isinstance(tc, bool) or not 0 <= tc < 2**31
+        ):
+            raise InvalidMessage("Summary.token_count must be an int from 0 to 2**31-1, or None")
 
 
 def _freeze_messages(messages: Iterable[object]) -> tuple[Message, ...]:

@@ -428,7 +428,7 @@ class Store:
                 )
         counter = self._settings.count_tokens
         tokens: list[int | None] = (
-            [int(counter(m)) for m in messages] if counter else [None] * len(messages)
+            [_token_count(counter(m)) for m in messages] if counter else [None] * len(messages)
         )
         digest = _codec.digest(_codec.canonical(m._dict()) for m in messages)
         return _Prepared(messages, tokens, digest)
@@ -1279,12 +1279,22 @@ class Store:
         stmt = select(_conv.c.id)
         if user is not None:
             stmt = stmt.where(_conv.c.owner == user)
+        id_key: ColumnElement[str] = _conv.c.id
         if metadata:
-            stmt = stmt.where(*self._metadata_filter(metadata))
+            conds, driver = self._metadata_filter(metadata)
+            if driver is not None:
+                # The first equality filter is a join, so the planner can start from the
+                # metadata index (key, digest, conversation_id) when it is selective;
+                # ordered by that index's id, a page by id needs no sort at all. (SQLite
+                # never turns a correlated EXISTS into a join.)
+                md0, on = driver
+                stmt = stmt.select_from(_conv.join(md0, on))
+                id_key = md0.c.conversation_id
+            stmt = stmt.where(*conds)
         keys = {
-            "id": [_conv.c.id],
-            "created": [_conv.c.created_at, _conv.c.id],
-            "updated": [_conv.c.updated_at, _conv.c.id],
+            "id": [id_key],
+            "created": [_conv.c.created_at, id_key],
+            "updated": [_conv.c.updated_at, id_key],
         }[order]
         stmt = stmt.order_by(*(k.desc() if descending else k.asc() for k in keys))
         if limit is not None:
@@ -1298,23 +1308,45 @@ class Store:
         return await self._run(work, mode="read", action="list conversations")
 
     @staticmethod
-    def _metadata_filter(metadata: Mapping[str, Any]) -> list[ColumnElement[bool]]:
+    def _metadata_filter(
+        metadata: Mapping[str, Any],
+    ) -> tuple[list[ColumnElement[bool]], tuple[Any, ColumnElement[bool]] | None]:
+        """Conditions for a metadata filter, and the first equality as a join.
+
+        Returns ``(conditions, (alias, on_clause) | None)``.
+        """
         md = s.metadata_entries
         conds: list[ColumnElement[bool]] = []
+        driver: tuple[Any, ColumnElement[bool]] | None = None
         for k, v in metadata.items():
             _check_key(k)
             if v is None:
                 conds.append(~exists().where(md.c.conversation_id == _conv.c.id, md.c.key == k))
                 continue
             _codec.encode(v, what="metadata value")
+            digest = _codec.canonical_digest(v)
+            if driver is None:
+                md0 = md.alias("m0")
+                on = and_(
+                    md0.c.conversation_id == _conv.c.id, md0.c.key == k, md0.c.digest == digest
+                )
+                driver = (md0, on)
+                continue
             conds.append(
                 exists().where(
                     md.c.key == k,
-                    md.c.digest == _codec.canonical_digest(v),
+                    md.c.digest == digest,
                     md.c.conversation_id == _conv.c.id,
                 )
             )
-        return conds
+        return conds, driver
+
+
+def _token_count(value: object) -> int:
+    """A count returned by ``count_tokens``, checked to fit the column."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**31:
+        raise InvalidMessage("count_tokens must return an int from 0 to 2**31-1")
+    return value
 
 
 def _check_key(key: object) -> str:
