@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import random
 import statistics
 import sys
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -214,3 +215,19 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
     sep = "  ".join("-" * w for w in widths)
     return "\n".join([line(headers), sep, *(line(r) for r in rows)])
+
+
+def run_backends(
+    kinds: Sequence[str],
+    sqlite: Callable[[], Awaitable[dict[str, Any]]],
+    postgres: Callable[[], Awaitable[dict[str, Any]]],
+) -> dict[str, dict[str, Any]]:
+    """Run each backend's part of a benchmark in turn, in one event loop."""
+
+    async def run_all() -> dict[str, dict[str, Any]]:
+        results: dict[str, dict[str, Any]] = {}
+        for kind in kinds:
+            results[kind] = await (sqlite() if kind == "sqlite" else postgres())
+        return results
+
+    return asyncio.run(run_all())

@@ -53,7 +53,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from _common import DEFAULT_PG_URL, asyncpg_kwargs, median, pg_databases, render_table
+from _common import (
+    DEFAULT_PG_URL,
+    asyncpg_kwargs,
+    median,
+    pg_databases,
+    render_table,
+    run_backends,
+)
 from sqlalchemy import event
 
 import histstore  # importable once _common has put the checkout on sys.path
@@ -512,16 +519,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = QUICK if args.quick else FULL
     kinds = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]
 
-    async def run_all() -> dict[str, dict[str, Any]]:
-        results: dict[str, dict[str, Any]] = {}
-        for kind in kinds:
-            if kind == "sqlite":
-                results[kind] = await run_sqlite(cfg, args.sqlite_dir)
-            else:
-                results[kind] = await run_postgres(cfg, args.pg_url)
-        return results
-
-    results = asyncio.run(run_all())
+    results = run_backends(
+        kinds,
+        lambda: run_sqlite(cfg, args.sqlite_dir),
+        lambda: run_postgres(cfg, args.pg_url),
+    )
     print(report(results, cfg))
     if args.json:
         doc = {"config": asdict(cfg), "results": results}

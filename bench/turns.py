@@ -67,6 +67,7 @@ from _common import (
     median,
     pg_databases,
     render_table,
+    run_backends,
     sqlite_timestamp,
 )
 
@@ -642,16 +643,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = Config(**{**asdict(cfg), "repeats": max(1, args.repeat)})
     kinds = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]
 
-    async def run_all() -> dict[str, dict[str, Any]]:
-        results: dict[str, dict[str, Any]] = {}
-        for kind in kinds:
-            if kind == "sqlite":
-                results[kind] = await run_sqlite(cfg, args.sqlite_dir)
-            else:
-                results[kind] = await run_postgres(cfg, args.pg_url)
-        return results
-
-    results = asyncio.run(run_all())
+    results = run_backends(
+        kinds,
+        lambda: run_sqlite(cfg, args.sqlite_dir),
+        lambda: run_postgres(cfg, args.pg_url),
+    )
     print(report(results))
     if args.json:
         import aiosqlite

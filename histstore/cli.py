@@ -731,24 +731,22 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------- parser
 
 
-def _positive(text: str) -> int:
+def _int_from(text: str, lowest: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
+    if value < lowest:
+        raise argparse.ArgumentTypeError(f"must be at least {lowest}")
     return value
+
+
+def _positive(text: str) -> int:
+    return _int_from(text, 1)
 
 
 def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return value
+    return _int_from(text, 0)
 
 
 def _duration(text: str) -> str:
