@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.types import TypeEngine
+from sqlalchemy.util import greenlet_spawn
 
 from ._engine import SETUP_KEY, SqliteSettings, sqlite_setup
 from ._errors import HistStoreError
@@ -88,9 +89,15 @@ class Driver:
 
     @asynccontextmanager
     async def connection(self, engine: AsyncEngine) -> AsyncIterator[Any]:
-        """A driver connection from the engine's pool, given back (or dropped on error)."""
-        async with engine.connect() as conn:
-            raw = await conn.get_raw_connection()
+        """A driver connection from the engine's pool, given back (or dropped on error).
+
+        The pool is used directly (``raw_connection``), without building SQLAlchemy
+        ``Connection`` objects around it; giving a connection back may close it (an
+        overflow connection), which the async drivers must do inside SQLAlchemy's
+        greenlet, hence ``greenlet_spawn``.
+        """
+        raw = await engine.raw_connection()
+        try:
             driver = raw.driver_connection
             assert driver is not None
             if self._sqlite is not None and raw.info.get(SETUP_KEY) != self._sqlite:
@@ -101,12 +108,18 @@ class Driver:
                 yield driver
             except HistStoreError:
                 raise  # raised by the store after it ended the transaction
-            except BaseException:
+            except Exception:
                 # A failed statement or a lost server: end the transaction if the
                 # connection still answers, else never give it back to the pool.
                 if not await self._reset(driver):
-                    await conn.invalidate()
+                    await greenlet_spawn(raw.invalidate)
                 raise
+            except BaseException:
+                # Cancelled half way through a driver call: its state is unknown.
+                await greenlet_spawn(raw.invalidate)
+                raise
+        finally:
+            await greenlet_spawn(raw.close)
 
     async def _reset(self, driver: Any) -> bool:
         """Roll back whatever is open; False when the connection cannot be trusted."""

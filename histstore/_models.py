@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from types import MappingProxyType
@@ -26,13 +26,14 @@ class Message:
     (set on messages read from a store) are not compared.
     """
 
-    __slots__ = ("_data", "_size", "_text", "created_at", "position")
+    __slots__ = ("_created", "_created_raw", "_data", "_size", "_text", "position")
 
     _text: str
     _data: dict[str, Any] | None
     _size: int
+    _created: datetime | None
+    _created_raw: tuple[Callable[[Any], datetime | None], Any] | None
     position: int | None
-    created_at: datetime | None
 
     def __init__(self, role: str, content: Any = None, /, **fields: Any) -> None:
         self._init({"role": role, "content": content, **fields})
@@ -49,7 +50,8 @@ class Message:
         set_(self, "_data", copy)
         set_(self, "_size", size)
         set_(self, "position", None)
-        set_(self, "created_at", None)
+        set_(self, "_created", None)
+        set_(self, "_created_raw", None)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Message:
@@ -84,16 +86,39 @@ class Message:
         return cls("tool", content, tool_call_id=tool_call_id, **fields)
 
     @classmethod
-    def _stored(cls, text: str, position: int, created_at: datetime | None) -> Message:
-        """A message read back from the database (its text was validated when written)."""
+    def _stored(
+        cls,
+        text: str,
+        position: int | None,
+        created_at: Any,
+        convert: Callable[[Any], datetime | None] | None = None,
+    ) -> Message:
+        """A message read back from the database (its text was validated when written).
+
+        ``created_at`` is converted by ``convert`` (the column's result processor) only
+        when it is first looked at.
+        """
         self = cls.__new__(cls)
-        set_ = object.__setattr__
-        set_(self, "_text", text)
-        set_(self, "_data", None)
-        set_(self, "_size", -1)
-        set_(self, "position", position)
-        set_(self, "created_at", created_at)
+        _set_text(self, text)
+        _set_data(self, None)
+        _set_size(self, -1)
+        _set_position(self, position)
+        if convert is None:
+            _set_created(self, created_at)
+            _set_created_raw(self, None)
+        else:
+            _set_created(self, None)
+            _set_created_raw(self, (convert, created_at))
         return self
+
+    @property
+    def created_at(self) -> datetime | None:
+        """When the message was stored (an aware UTC datetime), for messages read back."""
+        raw = self._created_raw
+        if raw is not None:
+            object.__setattr__(self, "_created", raw[0](raw[1]))
+            object.__setattr__(self, "_created_raw", None)
+        return self._created
 
     def _dict(self) -> dict[str, Any]:
         data = self._data
@@ -164,10 +189,22 @@ class Message:
         return (_unpickle, (self._text, self.position, self.created_at))
 
 
+# Slot setters, bypassing the immutability guard (faster than object.__setattr__).
+def _slot_setter(name: str) -> Callable[[Message, Any], None]:
+    setter: Callable[[Message, Any], None] = Message.__dict__[name].__set__
+    return setter
+
+
+_set_text = _slot_setter("_text")
+_set_data = _slot_setter("_data")
+_set_size = _slot_setter("_size")
+_set_position = _slot_setter("position")
+_set_created = _slot_setter("_created")
+_set_created_raw = _slot_setter("_created_raw")
+
+
 def _unpickle(text: str, position: int | None, created_at: datetime | None) -> Message:
-    m = Message._stored(text, -1, created_at)
-    object.__setattr__(m, "position", position)
-    return m
+    return Message._stored(text, position, created_at)
 
 
 MessageLike = Message | Mapping[str, Any]

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from . import _codec, _dialects, _fastpath
 from . import _schema as s
 from ._dialects import Mode
-from ._engine import SETTINGS_OPTION, SqliteSettings
+from ._engine import SETTINGS_OPTION, SqliteSettings, is_memory_url
 from ._errors import (
     DATABASE_ERRORS,
     ConflictError,
@@ -192,6 +192,7 @@ class Store:
         if driver is None:
             raise ValueError("histstore runs on sqlite+aiosqlite and postgresql+asyncpg only")
         self._driver = driver
+        self._in_memory = is_memory_url(engine.url)
         self._sql = _Statements(driver, owner is not None)
         self._engines = {
             mode: engine.execution_options(**options, **_dialects.mode_options(self._dialect, mode))
@@ -282,7 +283,11 @@ class Store:
         action: str,
         conversation: str | None = None,
     ) -> T:
-        """Run ``work`` on a driver connection from the pool (the fast path)."""
+        """Run the read ``work`` on a driver connection from the pool (the fast path).
+
+        A cancelled read just loses its connection (the pool opens another), except in
+        memory, where that connection is the database: there it runs to completion.
+        """
         self._check_open()
 
         async def run() -> T:
@@ -290,7 +295,7 @@ class Store:
                 async with self._driver.connection(self._engine) as driver:
                     return await work(driver)
 
-        return await run_to_completion(run())
+        return await (run_to_completion(run()) if self._in_memory else run())
 
     def _owned(self, conversation: str) -> ColumnElement[bool]:
         """The condition that a conversation row is visible through this store."""
@@ -389,10 +394,8 @@ class Store:
 
     def _messages(self, rows: Iterable[Sequence[Any]]) -> list[Message]:
         """Messages from ``(data, position, created_at)`` rows fetched by the driver."""
-        created = self._sql.created_at
-        if created is None:
-            return [Message._stored(r[0], r[1], r[2]) for r in rows]
-        return [Message._stored(r[0], r[1], created(r[2])) for r in rows]
+        convert = self._sql.created_at
+        return [Message._stored(r[0], r[1], r[2], convert) for r in rows]
 
     async def count(self, conversation: str) -> int:
         """How many messages the conversation holds; 0 when it is unknown."""
