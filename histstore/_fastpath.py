@@ -53,12 +53,26 @@ class CompiledStatement:
             for name in names
         ]
 
-    def args(self, params: Mapping[str, Any]) -> list[Any]:
-        """The positional arguments for ``params`` (a mapping of bind names to values)."""
+    def args(
+        self, params: Mapping[str, Any], memo: dict[tuple[int, int], Any] | None = None
+    ) -> list[Any]:
+        """The positional arguments for ``params`` (a mapping of bind names to values).
+
+        ``memo`` shares converted values between calls (the rows of one batch repeat
+        the same timestamp, whose conversion is the costly one on SQLite).
+        """
+        if memo is None:
+            memo = {}
         out = []
         for name, proc, default in self._binds:
             value = params.get(name, default)
-            out.append(proc(value) if proc is not None else value)
+            if proc is None or value is None:
+                out.append(value)
+                continue
+            key = (id(proc), id(value))
+            if key not in memo:
+                memo[key] = proc(value)
+            out.append(memo[key])
         return out
 
 
@@ -154,7 +168,8 @@ class Driver:
         self, driver: Any, stmt: CompiledStatement, rows: Sequence[Mapping[str, Any]]
     ) -> None:
         """Run a statement once per row, in one call."""
-        await driver.executemany(stmt.sql, [stmt.args(r) for r in rows])
+        memo: dict[tuple[int, int], Any] = {}
+        await driver.executemany(stmt.sql, [stmt.args(r, memo) for r in rows])
 
     async def begin(self, driver: Any) -> None:
         """Begin a write transaction (SQLite: taking the write lock up front)."""

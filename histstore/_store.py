@@ -433,7 +433,7 @@ class Store:
         tokens: list[int | None] = (
             [_token_count(counter(m)) for m in messages] if counter else [None] * len(messages)
         )
-        digest = _codec.digest(_codec.canonical(m._dict()) for m in messages)
+        digest = _codec.digest(m._text for m in messages)
         return _Prepared(messages, tokens, digest)
 
     async def _prepare(self, conversation: str, batch: Iterable[MessageLike]) -> _Prepared:
@@ -646,13 +646,13 @@ class Store:
             length = int(row.length)
         rec = (
             await conn.execute(
-                select(_writes.c.digest, _writes.c.count).where(
+                select(_writes.c.digest, _writes.c.count, _writes.c.position).where(
                     _writes.c.conversation_id == conversation, _writes.c.key == key
                 )
             )
         ).first()
         if rec is not None:
-            if rec[0] != batch.digest or rec[1] != n:
+            if not await self._same_batch(conn, conversation, batch, rec[0], rec[1], rec[2]):
                 raise ConflictError(
                     f"idempotency key already used for another batch in conversation"
                     f" {conversation!r}",
@@ -695,6 +695,35 @@ class Store:
         )
         await self._insert_batch(conn, conversation, batch, length, overlap, key, now, first)
         return WriteOutcome(n, False, new_length)
+
+    async def _same_batch(
+        self,
+        conn: AsyncConnection,
+        conversation: str,
+        batch: _Prepared,
+        digest: str,
+        count: int,
+        position: int,
+    ) -> bool:
+        """Whether a recorded batch is ``batch``: the same texts (the digest), else
+        equal messages still stored where it went (key order in objects may differ)."""
+        if count != len(batch.messages):
+            return False
+        if digest == batch.digest:
+            return True
+        stored = (
+            await conn.execute(
+                select(_msg.c.data)
+                .where(
+                    _msg.c.conversation_id == conversation,
+                    _msg.c.position >= position,
+                    _msg.c.position < position + count,
+                )
+                .order_by(_msg.c.position)
+            )
+        ).scalars()
+        found = [Message._stored(text, None, None) for text in stored]
+        return found == batch.messages
 
     async def _insert_batch(
         self,

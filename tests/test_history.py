@@ -267,6 +267,31 @@ async def test_used_idempotency_key_with_another_batch_conflicts(
     assert await snapshot(store, cid) == before
 
 
+async def test_idempotency_key_confirms_an_equal_batch_with_keys_reordered(
+    store: histstore.Store, cid: str
+) -> None:
+    first = [{"role": "user", "content": "hi", "name": "ann"}]
+    again = [{"name": "ann", "content": "hi", "role": "user"}]  # equal as dicts
+    await store.write(cid, first, idempotency_key="k")
+    outcome = await store.write(cid, again, idempotency_key="k")
+    assert outcome == WriteOutcome(1, False, 1)
+    assert await store.count(cid) == 1
+    with pytest.raises(ConflictError):
+        await store.write(cid, [{"role": "user", "content": "other"}], idempotency_key="k")
+
+
+async def test_empty_batch_creates_the_conversation_and_writes_nothing(
+    store: histstore.Store, cid: str
+) -> None:
+    assert await store.write(cid, []) == WriteOutcome(0, False, 0)
+    assert await store.exists(cid)
+    assert await store.read(cid) == []
+    await store.write(cid, [Message.user("a")])
+    assert await store.write(cid, [], at=1) == WriteOutcome(0, False, 1)
+    with pytest.raises(ConflictError):
+        await store.write(cid, [], at=3)
+
+
 async def test_idempotency_keys_are_per_conversation(store: histstore.Store) -> None:
     a, b = new_id(), new_id()
     await store.write(a, user_msgs(2), idempotency_key="same")
