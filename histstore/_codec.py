@@ -27,7 +27,7 @@ def encode(value: object, *, what: str = "value") -> tuple[str, Any, int]:
     """
     try:
         text = _encoder.encode(value)
-        size = len(text.encode("utf-8"))
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
         copy = json.loads(text)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidMessage(f"{what} is not storable JSON ({type(exc).__name__})") from None

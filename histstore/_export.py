@@ -954,7 +954,8 @@ def _message_row(reader: _Reader, record: dict[str, Any], cid: str, limit: int) 
             raise reader.error(f"conversation {cid!r}: a message needs a string 'role' or 'type'")
     try:
         text = _codec._encoder.encode(data)
-        size = len(text.encode("utf-8"))
+        # ASCII text is its own UTF-8 (and holds no surrogates): no need to encode it.
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except (ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
         raise reader.error(f"conversation {cid!r}: a message is not storable JSON") from None
     if size > limit:
