@@ -71,8 +71,8 @@ async def run(url: str, reads: int) -> dict[str, Any]:
         cids = {size: await fill(store, size) for size in SIZES}
         windows = {
             "max_messages=40": WindowStore(store, max_messages=40),
-            "max_tokens=2000": WindowStore(
-                store, max_tokens=2000, count_tokens=lambda m: m.size // 4
+            "max_tokens=600": WindowStore(
+                store, max_tokens=600, count_tokens=lambda m: m.size // 4
             ),
         }
         for label, window in windows.items():
