@@ -17,14 +17,9 @@ from sqlalchemy.sql import Select
 
 from ._engine import BEGIN_OPTION
 
-__all__ = ["Mode", "for_update", "insert", "is_sqlite", "lock_for_migration", "mode_options"]
+__all__ = ["Mode", "for_update", "insert", "lock_for_migration", "mode_options"]
 
 Mode = Literal["read", "snapshot", "write"]
-
-
-def is_sqlite(dialect: Dialect) -> bool:
-    """True for SQLite, where one database-wide write lock serializes writers."""
-    return dialect.name == "sqlite"
 
 
 def mode_options(dialect: Dialect, mode: Mode) -> dict[str, Any]:

@@ -17,8 +17,8 @@ async def run_to_completion(coro: Coroutine[Any, Any, T]) -> T:
     A transaction interrupted half way can leave a connection in an unknown state (the
     pool then throws it away, and with it an in-memory database) or, on Postgres, a
     session idle in transaction. So the work runs to its end (commit or rollback), and
-    only then does the caller see its ``CancelledError``. Cancellation therefore takes
-    effect once the current database call ends.
+    only then does the caller see its ``CancelledError``: cancellation takes effect
+    once the operation under way has ended.
     """
     task = asyncio.ensure_future(coro)
     try:
