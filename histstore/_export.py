@@ -749,7 +749,7 @@ class _Reader:
         self._lines = iter(lines)
         self._stats = stats
         self.number = 0
-        self._last_time: tuple[str, datetime] = ("", _now())
+        self._last_time: tuple[object, datetime] = (object(), _now())  # matches no text
 
     def error(self, message: str) -> FormatError:
         return FormatError(f"line {self.number}: {message}")
@@ -777,9 +777,10 @@ class _Reader:
         return value
 
     def time(self, record: dict[str, Any], key: str) -> datetime:
-        text = self.field(record, key, str)
+        text = record.get(key)
         if text == self._last_time[0]:  # neighbouring records often share a time
             return self._last_time[1]
+        text = self.field(record, key, str)
         try:
             value = datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:
@@ -960,13 +961,13 @@ def _message_row(reader: _Reader, record: dict[str, Any], cid: str, limit: int) 
         raise reader.error(f"conversation {cid!r}: a message is not storable JSON") from None
     if size > limit:
         raise reader.error(f"conversation {cid!r}: a message is over the size limit of {limit}")
-    return (
-        reader.count(record, "position"),
-        role,
-        text,
-        reader.count(record, "token_count"),
-        reader.time(record, "created_at"),
-    )
+    position = record.get("position")
+    if type(position) is not int or position < 0:  # the common case costs one check
+        position = reader.count(record, "position")
+    tokens = record.get("token_count")
+    if tokens is not None and (type(tokens) is not int or tokens < 0):
+        tokens = reader.count(record, "token_count")
+    return (position, role, text, tokens, reader.time(record, "created_at"))
 
 
 def _summary_row(reader: _Reader, record: dict[str, Any], seq: int) -> dict[str, Any]:
