@@ -668,19 +668,9 @@ class Store:
             )
         overlap = min(length - first, n)
         if overlap:
-            stored = (
-                await conn.execute(
-                    select(_msg.c.data)
-                    .where(
-                        _msg.c.conversation_id == conversation,
-                        _msg.c.position >= first,
-                        _msg.c.position < first + overlap,
-                    )
-                    .order_by(_msg.c.position)
-                )
-            ).scalars()
-            for i, text in enumerate(stored):
-                if Message._stored(text, first + i, None) != batch.messages[i]:
+            stored = await self._stored_range(conn, conversation, first, first + overlap)
+            for i, message in enumerate(stored):
+                if message != batch.messages[i]:
                     raise ConflictError(
                         f"write to conversation {conversation!r} at {first}: message"
                         f" {first + i} differs from the one stored",
@@ -711,19 +701,24 @@ class Store:
             return False
         if digest == batch.digest:
             return True
-        stored = (
-            await conn.execute(
-                select(_msg.c.data)
-                .where(
-                    _msg.c.conversation_id == conversation,
-                    _msg.c.position >= position,
-                    _msg.c.position < position + count,
-                )
-                .order_by(_msg.c.position)
+        return await self._stored_range(conn, conversation, position, position + count) == (
+            batch.messages
+        )
+
+    async def _stored_range(
+        self, conn: AsyncConnection, conversation: str, start: int, stop: int
+    ) -> list[Message]:
+        """The stored messages at positions ``start <= position < stop``, in order."""
+        rows = await conn.execute(
+            select(_msg.c.data, _msg.c.position)
+            .where(
+                _msg.c.conversation_id == conversation,
+                _msg.c.position >= start,
+                _msg.c.position < stop,
             )
-        ).scalars()
-        found = [Message._stored(text, None, None) for text in stored]
-        return found == batch.messages
+            .order_by(_msg.c.position)
+        )
+        return [Message._stored(text, position, None) for text, position in rows]
 
     async def _insert_batch(
         self,

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import PG_ADMIN_URL, _pg_execute
 from sqlalchemy import make_url
 
 import histstore
 from histstore import _schema
 
-PG_ADMIN_URL = os.environ.get("HISTSTORE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REQUIRE_PG = os.environ.get("HISTSTORE_REQUIRE_POSTGRES", "") not in ("", "0")
 
 
@@ -50,20 +50,7 @@ def _in_thread(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
 
 
 async def _pg_admin(sql: str) -> None:
-    import asyncpg
-
-    url = make_url(PG_ADMIN_URL)
-    conn = await asyncpg.connect(
-        user=url.username,
-        password=url.password,
-        host=url.host,
-        port=url.port,
-        database=url.database,
-    )
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
+    await _pg_execute(sql)
 
 
 @pytest.fixture(scope="session")
