@@ -231,3 +231,18 @@ def run_backends(
         return results
 
     return asyncio.run(run_all())
+
+
+async def pg_server(url: str) -> str:
+    """The Postgres server's version and durability settings, for the report."""
+    import asyncpg
+
+    conn = await asyncpg.connect(**asyncpg_kwargs(url))
+    try:
+        settings = {
+            k: await conn.fetchval(f"SHOW {k}")
+            for k in ("server_version", "fsync", "synchronous_commit")
+        }
+    finally:
+        await conn.close()
+    return "PostgreSQL " + ", ".join(f"{k}={v}" for k, v in settings.items())

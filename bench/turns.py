@@ -66,6 +66,7 @@ from _common import (
     encode,
     median,
     pg_databases,
+    pg_server,
     render_table,
     run_backends,
     sqlite_timestamp,
@@ -545,19 +546,10 @@ async def run_sqlite(cfg: Config, directory: str | None) -> dict[str, Any]:
 
 
 async def run_postgres(cfg: Config, admin_url: str) -> dict[str, Any]:
-    import asyncpg
 
     async with pg_databases(admin_url, ["hs", "raw", "reads"]) as urls:
-        conn = await asyncpg.connect(**asyncpg_kwargs(urls["hs"]))
-        try:
-            settings = {
-                k: await conn.fetchval(f"SHOW {k}")
-                for k in ("server_version", "fsync", "synchronous_commit")
-            }
-        finally:
-            await conn.close()
         result = await bench_backend("postgres", urls, cfg)
-        result["server"] = "PostgreSQL " + ", ".join(f"{k}={v}" for k, v in settings.items())
+        result["server"] = await pg_server(urls["hs"])
         return result
 
 
