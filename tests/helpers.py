@@ -13,9 +13,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import make_url
+from sqlalchemy import make_url, select
 
 import histstore
+from histstore import _schema
 
 REPO = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get("HISTSTORE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -126,3 +127,14 @@ async def empty_pg_database() -> AsyncIterator[str]:
         yield make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
     finally:
         await _pg_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def raw_rows(store: histstore.Store, conversation: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every histstore table that belongs to ``conversation``."""
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    async with store.engine.connect() as conn:
+        for table in _schema.metadata.sorted_tables:
+            col = table.c.id if table.name == "histstore_conversations" else table.c.conversation_id
+            rows = (await conn.execute(select(table).where(col == conversation))).all()
+            out[table.name] = sorted((tuple(r) for r in rows), key=repr)
+    return out

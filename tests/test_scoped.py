@@ -13,8 +13,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from helpers import new_id, user_msgs
-from sqlalchemy import select, update
+from helpers import new_id, raw_rows, user_msgs
+from sqlalchemy import update
 
 import histstore
 from histstore import ConversationState, InvalidId, Message, NotFound, Summary, _schema
@@ -22,17 +22,6 @@ from histstore import ConversationState, InvalidId, Message, NotFound, Summary, 
 Store = histstore.Store
 ALICE = "alice"
 MISSING = object()  # "raises NotFound"
-
-
-async def raw_rows(store: Store, conversation: str) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every histstore table that belongs to ``conversation``."""
-    out: dict[str, list[tuple[Any, ...]]] = {}
-    async with store.engine.connect() as conn:
-        for table in _schema.metadata.sorted_tables:
-            col = table.c.id if table.name == "histstore_conversations" else table.c.conversation_id
-            rows = (await conn.execute(select(table).where(col == conversation))).all()
-            out[table.name] = sorted((tuple(r) for r in rows), key=repr)
-    return out
 
 
 async def make_old(store: Store, conversation: str) -> None:

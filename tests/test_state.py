@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from helpers import PYTHON, new_id, subprocess_env, user_msgs
+from helpers import PYTHON, new_id, raw_rows, subprocess_env, user_msgs
 from sqlalchemy import event, select, update
 from sqlalchemy import exc as sa_exc
 
@@ -66,17 +66,6 @@ BAD_IDS: list[Any] = ["", " lead", "trail ", "nul\x00", "x" * 256, "\ud800", 7, 
 
 def old_time() -> datetime:
     return datetime.now(timezone.utc) - timedelta(days=3)
-
-
-async def raw_rows(store: Store, conversation: str) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every histstore table that belongs to ``conversation``."""
-    out: dict[str, list[tuple[Any, ...]]] = {}
-    async with store.engine.connect() as conn:
-        for table in _schema.metadata.sorted_tables:
-            col = table.c.id if table.name == "histstore_conversations" else table.c.conversation_id
-            rows = (await conn.execute(select(table).where(col == conversation))).all()
-            out[table.name] = sorted((tuple(r) for r in rows), key=repr)
-    return out
 
 
 async def make_old(store: Store, conversation: str, when: datetime | None = None) -> None:
