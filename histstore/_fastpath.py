@@ -33,6 +33,8 @@ from ._errors import HistStoreError
 __all__ = ["CompiledStatement", "Driver", "for_dialect"]
 
 Processor = Callable[[Any], Any] | None
+Memo = dict[tuple[int, int], Any]
+"""Converted bind values by (processor, value) identity, shared within one write."""
 
 
 class CompiledStatement:
@@ -53,13 +55,12 @@ class CompiledStatement:
             for name in names
         ]
 
-    def args(
-        self, params: Mapping[str, Any], memo: dict[tuple[int, int], Any] | None = None
-    ) -> list[Any]:
+    def args(self, params: Mapping[str, Any], memo: Memo | None = None) -> list[Any]:
         """The positional arguments for ``params`` (a mapping of bind names to values).
 
-        ``memo`` shares converted values between calls (the rows of one batch repeat
-        the same timestamp, whose conversion is the costly one on SQLite).
+        ``memo`` shares converted values between calls (the statements and rows of one
+        write repeat the same timestamp, whose conversion is the costly one on SQLite);
+        the values it was filled from must outlive it.
         """
         if memo is None:
             memo = {}
@@ -148,27 +149,41 @@ class Driver:
         return bool(driver.in_transaction)
 
     async def fetch(
-        self, driver: Any, stmt: CompiledStatement, params: Mapping[str, Any]
+        self,
+        driver: Any,
+        stmt: CompiledStatement,
+        params: Mapping[str, Any],
+        memo: Memo | None = None,
     ) -> Sequence[Any]:
         """Run a statement that returns rows; all of them."""
+        args = stmt.args(params, memo)
         if self.positional:
-            return await driver.fetch(stmt.sql, *stmt.args(params))  # type: ignore[no-any-return]
-        return await driver.execute_fetchall(stmt.sql, stmt.args(params))  # type: ignore[no-any-return]
+            return await driver.fetch(stmt.sql, *args)  # type: ignore[no-any-return]
+        return await driver.execute_fetchall(stmt.sql, args)  # type: ignore[no-any-return]
 
     async def execute(
-        self, driver: Any, stmt: CompiledStatement, params: Mapping[str, Any]
+        self,
+        driver: Any,
+        stmt: CompiledStatement,
+        params: Mapping[str, Any],
+        memo: Memo | None = None,
     ) -> None:
         """Run a statement for its effect."""
+        args = stmt.args(params, memo)
         if self.positional:
-            await driver.execute(stmt.sql, *stmt.args(params))
+            await driver.execute(stmt.sql, *args)
         else:
-            await driver.execute(stmt.sql, stmt.args(params))
+            await driver.execute(stmt.sql, args)
 
     async def execute_many(
-        self, driver: Any, stmt: CompiledStatement, rows: Sequence[Mapping[str, Any]]
+        self,
+        driver: Any,
+        stmt: CompiledStatement,
+        rows: Sequence[Mapping[str, Any]],
+        memo: Memo | None = None,
     ) -> None:
         """Run a statement once per row, in one call."""
-        memo: dict[tuple[int, int], Any] = {}
+        memo = {} if memo is None else memo
         await driver.executemany(stmt.sql, [stmt.args(r, memo) for r in rows])
 
     async def begin(self, driver: Any) -> None:

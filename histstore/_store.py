@@ -567,7 +567,8 @@ class Store:
         if at is not None:
             params.update(at=at, new_length=at + n)
         await run.begin(driver)
-        rows = await run.fetch(driver, sql.append if at is None else sql.append_at, params)
+        memo: _fastpath.Memo = {}  # ``now`` is converted once for the whole write
+        rows = await run.fetch(driver, sql.append if at is None else sql.append_at, params, memo)
         if not rows:
             await run.rollback(driver)
             if at is None:  # only a view's foreign conversation refuses an append
@@ -584,16 +585,16 @@ class Store:
             "created_at": now,
         }
         if caller_key:
-            if not await run.fetch(driver, sql.insert_write_once, record):
+            if not await run.fetch(driver, sql.insert_write_once, record, memo):
                 await run.rollback(driver)
                 return None
         else:
-            await run.execute(driver, sql.insert_write, record)
+            await run.execute(driver, sql.insert_write, record, memo)
         messages = _message_rows(conversation, first, batch, 0, now)
         if len(messages) == 1:
-            await run.execute(driver, sql.insert_messages, messages[0])
+            await run.execute(driver, sql.insert_messages, messages[0], memo)
         elif messages:
-            await run.execute_many(driver, sql.insert_messages, messages)
+            await run.execute_many(driver, sql.insert_messages, messages, memo)
         phase[0] = "commit"
         await run.commit(driver)
         phase[0] = "done"
