@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import hashlib
 import json
@@ -246,3 +247,16 @@ async def pg_server(url: str) -> str:
     finally:
         await conn.close()
     return "PostgreSQL " + ", ".join(f"{k}={v}" for k, v in settings.items())
+
+
+def bench_parser(doc: str) -> argparse.ArgumentParser:
+    """The options every benchmark takes: --backend, --pg-url, --quick, --sqlite-dir, --json."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
+    parser.add_argument(
+        "--pg-url", default=DEFAULT_PG_URL, help="a database to connect to (default: %(default)s)"
+    )
+    parser.add_argument("--quick", action="store_true", help="a scaled-down run (smoke test)")
+    parser.add_argument("--sqlite-dir", default=None, help="where the SQLite files go")
+    parser.add_argument("--json", metavar="FILE", default=None, help="also write results here")
+    return parser

@@ -39,7 +39,6 @@ _BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _BENCH]
 sys.path.append(_BENCH)
 
-import argparse
 import asyncio
 import json
 import shutil
@@ -54,8 +53,8 @@ from pathlib import Path
 from typing import Any
 
 from _common import (
-    DEFAULT_PG_URL,
     asyncpg_kwargs,
+    bench_parser,
     median,
     pg_databases,
     pg_server,
@@ -499,14 +498,7 @@ def report(results: dict[str, dict[str, Any]], cfg: Config) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
-    parser.add_argument(
-        "--pg-url", default=DEFAULT_PG_URL, help="a database to connect to (default: %(default)s)"
-    )
-    parser.add_argument("--quick", action="store_true", help="a scaled-down run (smoke test)")
-    parser.add_argument("--sqlite-dir", default=None, help="where the SQLite files go")
-    parser.add_argument("--json", metavar="FILE", default=None, help="also write results here")
+    parser = bench_parser(__doc__ or "")
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     kinds = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]

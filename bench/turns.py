@@ -40,7 +40,6 @@ store shared by all tasks, ``store.read(c, limit=20)`` and ``store.write(c, [dic
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import platform
@@ -59,9 +58,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from _common import (
-    DEFAULT_PG_URL,
     asyncpg_kwargs,
     batch_digest,
+    bench_parser,
     chat_messages,
     encode,
     median,
@@ -620,15 +619,8 @@ def report(results: dict[str, dict[str, Any]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backend", choices=["sqlite", "postgres", "all"], default="all")
-    parser.add_argument(
-        "--pg-url", default=DEFAULT_PG_URL, help="a database to connect to (default: %(default)s)"
-    )
-    parser.add_argument("--quick", action="store_true", help="a scaled-down run (smoke test)")
+    parser = bench_parser(__doc__ or "")
     parser.add_argument("--repeat", type=int, default=None, help="timed runs per scenario")
-    parser.add_argument("--sqlite-dir", default=None, help="where the SQLite files go")
-    parser.add_argument("--json", metavar="FILE", default=None, help="also write results here")
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     if args.repeat is not None:
