@@ -9,6 +9,13 @@ written twice) and executed here with the driver's own calls, on a connection ch
 out of the engine's pool: one trip per statement, as a hand-written driver program
 would do.
 
+A write transaction is a *program*: a generator that yields the statements to run (see
+``Step``) and receives each one's rows, so the logic of a write is written once and
+each driver runs it its own way. asyncpg awaits one protocol call per statement.
+aiosqlite runs the whole program, from ``BEGIN IMMEDIATE`` to ``COMMIT``, in one trip to
+the connection's thread: the thread hops cost more than the statements, and SQLite's
+one write lock is then held only while SQLite works, never across event-loop turns.
+
 This module is where the drivers differ: aiosqlite takes a parameter list and runs each
 call on its thread; asyncpg takes ``*args``. Type conversion uses SQLAlchemy's own bind
 and result processors for the dialect.
@@ -16,9 +23,10 @@ and result processors for the dialect.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
-from typing import Any
+import sqlite3
+from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -30,11 +38,34 @@ from sqlalchemy.util import greenlet_spawn
 from ._engine import SETUP_KEY, SqliteSettings, sqlite_setup
 from ._errors import HistStoreError
 
-__all__ = ["CompiledStatement", "Driver", "for_dialect"]
+__all__ = [
+    "EXECUTE",
+    "EXECUTE_MANY",
+    "FETCH",
+    "CompiledStatement",
+    "Driver",
+    "Phase",
+    "Program",
+    "for_dialect",
+]
+
+T = TypeVar("T")
 
 Processor = Callable[[Any], Any] | None
 Memo = dict[tuple[int, int], Any]
 """Converted bind values by (processor, value) identity, shared within one write."""
+
+FETCH, EXECUTE, EXECUTE_MANY = "fetch", "execute", "execute_many"
+Step = tuple[str, "CompiledStatement", Any]
+"""One statement of a program: ``(FETCH, stmt, params)`` sends back the rows,
+``(EXECUTE, stmt, params)`` sends back ``None``, ``(EXECUTE_MANY, stmt, [params, ...])``
+runs the statement once per parameter mapping and sends back ``None``."""
+Program = Generator[Step, Any, T | None]
+"""A write transaction's statements. Its return value is committed; ``None`` means
+roll back (nothing to commit). An exception it raises rolls back and propagates."""
+Phase = list[str]
+"""Where a transaction is: ``["body"]``, then ``["commit"]`` while COMMIT is under way,
+then ``["done"]``: a failure in the commit phase leaves the outcome unknown."""
 
 
 class CompiledStatement:
@@ -198,9 +229,86 @@ class Driver:
         """Roll the transaction back."""
         await driver.execute("ROLLBACK")
 
+    async def transaction(self, driver: Any, program: Program[T], phase: Phase) -> T | None:
+        """Run ``program`` in one write transaction; its return value, committed.
+
+        Updates ``phase`` as the commit starts and ends. On an exception from the program
+        the transaction is rolled back; a failed statement is left to ``connection()``.
+        """
+        memo: Memo = {}
+        await self.begin(driver)
+        try:
+            rows: Any = None
+            while True:
+                try:
+                    kind, stmt, params = program.send(rows)
+                except StopIteration as stop:
+                    value: T | None = stop.value
+                    break
+                rows = None
+                if kind == FETCH:
+                    rows = await self.fetch(driver, stmt, params, memo)
+                elif kind == EXECUTE:
+                    await self.execute(driver, stmt, params, memo)
+                else:
+                    await self.execute_many(driver, stmt, params, memo)
+        except HistStoreError:
+            await self.rollback(driver)
+            raise
+        if value is None:
+            await self.rollback(driver)
+            return None
+        phase[0] = "commit"
+        await self.commit(driver)
+        phase[0] = "done"
+        return value
+
 
 class _Aiosqlite(Driver):
     begin_sql = "BEGIN IMMEDIATE"  # see _engine: why writers take the lock up front
+
+    async def transaction(self, driver: Any, program: Program[T], phase: Phase) -> T | None:
+        # aiosqlite runs every call as a function on the connection's own thread; this
+        # hands it the whole transaction as one such function (the private ``_execute``
+        # is the queue every aiosqlite method goes through; SQLAlchemy's adapter uses
+        # that queue directly too). Nothing runs on that connection in between.
+        result: T | None = await driver._execute(self._run_on_thread, driver, program, phase)
+        return result
+
+    def _run_on_thread(self, driver: Any, program: Program[T], phase: Phase) -> T | None:
+        conn: sqlite3.Connection = driver._conn
+        memo: Memo = {}
+        conn.execute(self.begin_sql)
+        try:
+            rows: Any = None
+            while True:
+                try:
+                    kind, stmt, params = program.send(rows)
+                except StopIteration as stop:
+                    value: T | None = stop.value
+                    break
+                if kind == FETCH:
+                    rows = conn.execute(stmt.sql, stmt.args(params, memo)).fetchall()
+                elif kind == EXECUTE:
+                    conn.execute(stmt.sql, stmt.args(params, memo))
+                    rows = None
+                else:
+                    conn.executemany(stmt.sql, [stmt.args(p, memo) for p in params])
+                    rows = None
+            if value is None:
+                conn.execute("ROLLBACK")
+                return None
+            phase[0] = "commit"
+            conn.execute("COMMIT")
+        except BaseException:
+            # Still on the thread, so the transaction never outlives this call.
+            # A connection that fails to roll back is dropped by connection().
+            if phase[0] == "body" and conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
+        phase[0] = "done"
+        return value
 
 
 class _Asyncpg(Driver):

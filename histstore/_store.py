@@ -506,11 +506,11 @@ class Store:
     async def _write_settled(
         self, conversation: str, batch: _Prepared, at: int | None, key: str, caller_key: bool
     ) -> WriteOutcome:
-        phase = ["body"]
+        phase: _fastpath.Phase = ["body"]
         try:
             async with self._driver.connection(self._engine) as driver:
-                outcome = await self._write_fast(
-                    driver, conversation, batch, at, key, caller_key, phase
+                outcome = await self._driver.transaction(
+                    driver, self._append(conversation, batch, at, key, caller_key), phase
                 )
             if outcome is None:
                 phase[0] = "body"
@@ -543,34 +543,29 @@ class Store:
             return WriteOutcome(len(batch.messages), False, length)
         return outcome
 
-    async def _write_fast(
+    def _append(
         self,
-        driver: Any,
         conversation: str,
         batch: _Prepared,
         at: int | None,
         key: str,
         caller_key: bool,
-        phase: list[str],
-    ) -> WriteOutcome | None:
-        """The common write, straight on the driver: one statement locks the
-        conversation row, checks ``at`` and hands out the positions; then the batch's
-        record and its messages are inserted, and committed.
+    ) -> _fastpath.Program[WriteOutcome]:
+        """The common write as a fast-path program (see ``_fastpath``): one statement
+        locks the conversation row, checks ``at`` and hands out the positions; then the
+        batch's record and its messages are inserted.
 
-        Returns ``None``, having rolled back, when the general path must decide (``at``
-        differs from the length, or the caller's key is recorded already).
+        Returns ``None`` (roll back) when the general path must decide: ``at`` differs
+        from the length, or the caller's key is recorded already.
         """
-        run, sql = self._driver, self._sql
+        sql = self._sql
         n = len(batch.messages)
         now = _now()
         params: dict[str, Any] = {"c": conversation, "owner": self._owner, "n": n, "now": now}
         if at is not None:
             params.update(at=at, new_length=at + n)
-        await run.begin(driver)
-        memo: _fastpath.Memo = {}  # ``now`` is converted once for the whole write
-        rows = await run.fetch(driver, sql.append if at is None else sql.append_at, params, memo)
+        rows = yield _fastpath.FETCH, sql.append if at is None else sql.append_at, params
         if not rows:
-            await run.rollback(driver)
             if at is None:  # only a view's foreign conversation refuses an append
                 raise NotFound(f"conversation {conversation!r} not found")
             return None
@@ -585,19 +580,15 @@ class Store:
             "created_at": now,
         }
         if caller_key:
-            if not await run.fetch(driver, sql.insert_write_once, record, memo):
-                await run.rollback(driver)
+            if not (yield _fastpath.FETCH, sql.insert_write_once, record):
                 return None
         else:
-            await run.execute(driver, sql.insert_write, record, memo)
+            yield _fastpath.EXECUTE, sql.insert_write, record
         messages = _message_rows(conversation, first, batch, 0, now)
         if len(messages) == 1:
-            await run.execute(driver, sql.insert_messages, messages[0], memo)
+            yield _fastpath.EXECUTE, sql.insert_messages, messages[0]
         elif messages:
-            await run.execute_many(driver, sql.insert_messages, messages, memo)
-        phase[0] = "commit"
-        await run.commit(driver)
-        phase[0] = "done"
+            yield _fastpath.EXECUTE_MANY, sql.insert_messages, messages
         return WriteOutcome(n, False, length)
 
     async def _was_stored(self, conversation: str, key: str, cause: BaseException) -> int | None:
