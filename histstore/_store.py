@@ -152,6 +152,26 @@ class _Statements:
         )
 
 
+class _Shared:
+    """What a store and its scoped views share: the fast-path driver, its connection
+    cache, and the hot-path statements (compiled once per engine, not per view)."""
+
+    def __init__(self, engine: AsyncEngine, sqlite: SqliteSettings | None) -> None:
+        driver = _fastpath.for_dialect(engine.dialect, sqlite)
+        if driver is None:
+            raise ValueError("histstore runs on sqlite+aiosqlite and postgresql+asyncpg only")
+        self.driver = driver
+        self.connections = _fastpath.ConnectionCache.for_engine(engine)
+        self._statements: dict[bool, _Statements] = {}
+
+    def statements(self, scoped: bool) -> _Statements:
+        """The hot-path statements for a whole store or (``scoped``) a user's view."""
+        sql = self._statements.get(scoped)
+        if sql is None:
+            sql = self._statements[scoped] = _Statements(self.driver, scoped)
+        return sql
+
+
 @dataclass
 class _Prepared:
     """A validated batch, ready to write."""
@@ -178,6 +198,7 @@ class Store:
         owns_engine: bool,
         settings: StoreSettings,
         owner: str | None = None,
+        shared: _Shared | None = None,
     ) -> None:
         self._engine = engine
         self._owns_engine = owns_engine
@@ -188,12 +209,12 @@ class Store:
         if settings.sqlite is not None:
             options[SETTINGS_OPTION] = settings.sqlite
         self._dialect = engine.dialect
-        driver = _fastpath.for_dialect(self._dialect, settings.sqlite)
-        if driver is None:
-            raise ValueError("histstore runs on sqlite+aiosqlite and postgresql+asyncpg only")
-        self._driver = driver
+        self._is_view = shared is not None
+        self._shared = _Shared(engine, settings.sqlite) if shared is None else shared
+        self._driver = self._shared.driver
+        self._connections = self._shared.connections
         self._in_memory = is_memory_url(engine.url)
-        self._sql = _Statements(driver, owner is not None)
+        self._sql = self._shared.statements(owner is not None)
         self._engines = {
             mode: engine.execution_options(**options, **_dialects.mode_options(self._dialect, mode))
             for mode in ("read", "snapshot", "write")
@@ -230,13 +251,24 @@ class Store:
         validate_id(user, what="user")
         if self._owner is not None and self._owner != user:
             raise ValueError("a scoped view cannot be re-scoped to another user")
-        return Store(self._engine, owns_engine=False, settings=self._settings, owner=user)
+        return Store(
+            self._engine,
+            owns_engine=False,
+            settings=self._settings,
+            owner=user,
+            shared=self._shared,
+        )
 
     async def close(self) -> None:
-        """Release the store; disposes the engine when the store owns it. Idempotent."""
+        """Release the store; disposes the engine when the store owns it. Idempotent.
+
+        Closing a store (not a view) gives the connections it kept back to the pool.
+        """
         if self._closed:
             return
         self._closed = True
+        if not self._is_view:
+            await self._connections.close()
         if self._owns_engine:
             await self._engine.dispose()
 
@@ -292,7 +324,7 @@ class Store:
 
         async def run() -> T:
             with translate_errors(action, conversation):
-                async with self._driver.connection(self._engine) as driver:
+                async with self._driver.connection(self._connections) as driver:
                     return await work(driver)
 
         return await (run_to_completion(run()) if self._in_memory else run())
@@ -508,7 +540,7 @@ class Store:
     ) -> WriteOutcome:
         phase: _fastpath.Phase = ["body"]
         try:
-            async with self._driver.connection(self._engine) as driver:
+            async with self._driver.connection(self._connections) as driver:
                 outcome = await self._driver.transaction(
                     driver, self._append(conversation, batch, at, key, caller_key), phase
                 )

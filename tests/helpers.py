@@ -52,6 +52,13 @@ def subprocess_env() -> dict[str, str]:
 PYTHON = sys.executable
 
 
+def connections_in_use(store: histstore.Store) -> int:
+    """Connections checked out of the store's pool for calls under way: 0 between calls
+    (the connections the store keeps for its next calls do not count)."""
+    checked_out: int = store.engine.pool.checkedout()  # type: ignore[attr-defined]
+    return checked_out - store._connections.idle
+
+
 def is_database_error(exc: BaseException | None) -> bool:
     """Whether ``exc`` comes from the database layer: SQLAlchemy's or a driver's own error."""
     if isinstance(exc, (sa_exc.SQLAlchemyError, sqlite3.Error)):

@@ -267,9 +267,14 @@ async def test_schema_error_does_not_reveal_the_password(pg_url: str) -> None:
 
 
 async def _pragma(store: Store, name: str) -> Any:
-    """A pragma on the (single) pooled connection the store has been using."""
-    async with store.engine.connect() as conn:
-        return (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar()
+    """A pragma on the connections the store uses, the same on both of its paths: the
+    fast path's driver connections and SQLAlchemy's (fails when they differ)."""
+    async with store._driver.connection(store._connections) as driver:
+        fast = (await driver.execute_fetchall(f"PRAGMA {name}"))[0][0]
+    async with store._engines["snapshot"].connect() as conn:
+        general = (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar()
+    assert fast == general
+    return fast
 
 
 async def test_sqlite_file_runs_in_wal_mode(tmp_path: Path) -> None:

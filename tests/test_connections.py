@@ -1,0 +1,128 @@
+"""Connections: the store reuses the ones it used, never starves its pool, and gives
+every one back when it closes (also to an engine it borrowed)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from conftest import Backend
+from helpers import connections_in_use, new_id, user_msgs
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+import histstore
+from histstore._engine import resolve_target
+from histstore._fastpath import ConnectionCache
+
+
+def _engine(backend: Backend, **pool: Any) -> AsyncEngine:
+    url = resolve_target(backend.url)
+    assert not isinstance(url, AsyncEngine)
+    return create_async_engine(url, **pool)
+
+
+def _count_connects(engine: AsyncEngine) -> list[int]:
+    opened = [0]
+
+    def on_connect(*_: object) -> None:
+        opened[0] += 1
+
+    event.listen(engine.sync_engine, "connect", on_connect)
+    return opened
+
+
+@pytest.fixture
+async def borrowed(shared_backend: Backend) -> AsyncIterator[AsyncEngine]:
+    """A caller's engine with a small pool (2 connections, no overflow)."""
+    engine = _engine(shared_backend, pool_size=2, max_overflow=0, pool_timeout=10)
+    async with histstore.connect(shared_backend.url, migrate=True):
+        pass
+    yield engine
+    await engine.dispose()
+
+
+async def test_calls_reuse_connections(store: histstore.Store, cid: str) -> None:
+    opened = _count_connects(store.engine)
+    for i in range(30):
+        await store.write(cid, user_msgs(2, f"t{i}"))
+        await store.read(cid, limit=20)
+        await store.count(cid)
+    assert opened[0] <= 1
+    assert connections_in_use(store) == 0
+    assert await store.count(cid) == 60
+
+
+async def test_close_gives_every_connection_back_to_a_borrowed_engine(
+    borrowed: AsyncEngine,
+) -> None:
+    store = await histstore.connect(borrowed)
+    view = store.scoped("alice")
+    ids = [new_id() for _ in range(8)]
+    await asyncio.gather(
+        *(store.write(c, user_msgs(2)) for c in ids),
+        *(view.write(new_id(), user_msgs(1)) for _ in range(8)),
+        *(store.read(c, limit=5) for c in ids),
+    )
+    await view.close()  # a view keeps nothing of its own
+    await store.close()
+    assert borrowed.pool.checkedout() == 0  # type: ignore[attr-defined]
+    async with borrowed.connect() as conn:  # the caller's engine still works
+        assert (await conn.exec_driver_sql("SELECT 1")).scalar() == 1
+
+
+async def test_kept_connections_leave_the_pool_to_other_calls(borrowed: AsyncEngine) -> None:
+    """With a pool of 2, reads that keep connections never block the calls that run
+    through SQLAlchemy (state, listing) or each other."""
+    async with histstore.connect(borrowed) as store:
+        ids = [new_id() for _ in range(6)]
+        for c in ids:
+            await store.write(c, user_msgs(2))
+        for _round in range(3):
+            await asyncio.wait_for(
+                asyncio.gather(
+                    *(store.read(c, limit=2) for c in ids),
+                    *(store.merge_metadata(c, {"k": 1}) for c in ids),
+                    *(store.load(c) for c in ids),
+                    store.conversations(),
+                ),
+                timeout=5,
+            )
+        assert connections_in_use(store) == 0
+        assert store._connections.idle <= 1
+
+
+async def test_an_in_memory_store_keeps_no_connection_aside() -> None:
+    async with histstore.connect(":memory:") as store:
+        c = new_id()
+        await store.write(c, user_msgs(3))
+        assert (await store.read(c, limit=1))[0].content == "m-2"
+        assert store._connections.idle == 0
+        await store.merge_metadata(c, {"k": 1})  # the only connection is free for this
+        assert (await store.load(c)).metadata == {"k": 1}
+
+
+async def test_cache_keeps_up_to_its_limit_and_returns_stale_connections(
+    borrowed: AsyncEngine,
+) -> None:
+    cache = ConnectionCache(borrowed, limit=1, max_idle=0.05)
+    pool: Any = borrowed.pool
+    a, b = await cache.get(), await cache.get()
+    assert pool.checkedout() == 2
+    await cache.put(a)
+    await cache.put(b)  # over the limit: back to the pool
+    assert (cache.idle, pool.checkedout()) == (1, 1)
+    assert await cache.get() is a  # the newest kept one
+    await cache.put(a)
+    await asyncio.sleep(0.1)
+    c = await cache.get()  # a went stale: given back, c comes from the pool
+    assert cache.idle == 0
+    assert pool.checkedout() == 1
+    await cache.put(c)
+    await cache.close()
+    assert (cache.idle, pool.checkedout()) == (0, 0)
+    d = await cache.get()
+    await cache.put(d)  # after close nothing is kept
+    assert (cache.idle, pool.checkedout()) == (0, 0)
