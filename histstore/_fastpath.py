@@ -4,10 +4,10 @@ Reading the newest messages and appending a batch are what agents do on every mo
 call. Through SQLAlchemy's execution layer each statement costs several hundred
 microseconds of Python, and on aiosqlite four trips to the driver's thread (cursor,
 execute, fetch, close). So these few statements are compiled by SQLAlchemy once per
-store (the SQL is the same Core statement the rest of the store uses; nothing is
-written twice) and executed here with the driver's own calls, on a connection checked
-out of the engine's pool: one trip per statement, as a hand-written driver program
-would do.
+engine (the SQL is the same Core statement the rest of the store uses; nothing is
+written twice) and executed here with the driver's own calls, on a connection from the
+engine's pool that the store keeps between calls (``ConnectionCache``): one trip per
+statement, as a hand-written driver program would do.
 
 A write transaction is a *program*: a generator that yields the statements to run (see
 ``Step``) and receives each one's rows, so the logic of a write is written once and
@@ -27,7 +27,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from time import monotonic
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -180,6 +180,27 @@ class ConnectionCache:
 _MAX_CACHED = 16
 
 
+class _Running(Generic[T]):
+    """Iterates over a program's steps; set ``rows`` to what a step returned (it is sent
+    back with the next step, ``None`` otherwise). ``value``: what the program returned."""
+
+    def __init__(self, program: Program[T]) -> None:
+        self._program = program
+        self.rows: Any = None
+        self.value: T | None = None
+
+    def __iter__(self) -> _Running[T]:
+        return self
+
+    def __next__(self) -> Step:
+        rows, self.rows = self.rows, None
+        try:
+            return self._program.send(rows)
+        except StopIteration as stop:
+            self.value = stop.value
+            raise StopIteration from None
+
+
 class Driver:
     """Runs compiled statements on one kind of driver connection."""
 
@@ -306,18 +327,12 @@ class Driver:
         the transaction is rolled back; a failed statement is left to ``connection()``.
         """
         memo: Memo = {}
+        run = _Running(program)
         await self.begin(driver)
         try:
-            rows: Any = None
-            while True:
-                try:
-                    kind, stmt, params = program.send(rows)
-                except StopIteration as stop:
-                    value: T | None = stop.value
-                    break
-                rows = None
+            for kind, stmt, params in run:
                 if kind == FETCH:
-                    rows = await self.fetch(driver, stmt, params, memo)
+                    run.rows = await self.fetch(driver, stmt, params, memo)
                 elif kind == EXECUTE:
                     await self.execute(driver, stmt, params, memo)
                 else:
@@ -325,6 +340,7 @@ class Driver:
         except HistStoreError:
             await self.rollback(driver)
             raise
+        value = run.value
         if value is None:
             await self.rollback(driver)
             return None
@@ -348,23 +364,17 @@ class _Aiosqlite(Driver):
     def _run_on_thread(self, driver: Any, program: Program[T], phase: Phase) -> T | None:
         conn: sqlite3.Connection = driver._conn
         memo: Memo = {}
+        run = _Running(program)
         conn.execute(self.begin_sql)
         try:
-            rows: Any = None
-            while True:
-                try:
-                    kind, stmt, params = program.send(rows)
-                except StopIteration as stop:
-                    value: T | None = stop.value
-                    break
+            for kind, stmt, params in run:
                 if kind == FETCH:
-                    rows = conn.execute(stmt.sql, stmt.args(params, memo)).fetchall()
+                    run.rows = conn.execute(stmt.sql, stmt.args(params, memo)).fetchall()
                 elif kind == EXECUTE:
                     conn.execute(stmt.sql, stmt.args(params, memo))
-                    rows = None
                 else:
                     conn.executemany(stmt.sql, [stmt.args(p, memo) for p in params])
-                    rows = None
+            value = run.value
             if value is None:
                 conn.execute("ROLLBACK")
                 return None
