@@ -124,8 +124,9 @@ class ConnectionCache:
     Taking a connection from SQLAlchemy's pool and giving it back is cheap Python, but
     each of the two runs in a new greenlet (a new connection may have to be opened, an
     overflow one closed), and around a driver call the pair costs about as much as the
-    call itself (some 50 us of a 100 us read, measured by ``bench/turns.py``). So the
-    fast path keeps the connections it used, up to ``limit``, and takes the newest.
+    call itself (some 50 us beside a 100 us read on the development machine, on both
+    drivers). So the fast path keeps the connections it used, up to ``limit``, and
+    takes the newest.
 
     The cache stays out of the pool's way: it keeps at most ``pool_size - 1``
     connections (none for an in-memory database, whose only connection the other calls
