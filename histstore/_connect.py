@@ -145,15 +145,13 @@ async def _open(
         if sqlite
         else None,
     )
-    if for_dialect(engine.dialect, None) is None:
-        if owns:
-            await engine.dispose()
-        raise ValueError(
-            "histstore runs on sqlite+aiosqlite and postgresql+asyncpg,"
-            f" not {engine.dialect.name}+{engine.dialect.driver}"
-        )
-    install_hooks(engine)
     try:
+        if for_dialect(engine.dialect, None) is None:
+            raise ValueError(
+                "histstore runs on sqlite+aiosqlite and postgresql+asyncpg,"
+                f" not {engine.dialect.name}+{engine.dialect.driver}"
+            )
+        install_hooks(engine)
         if migrate is not False:
             await run_to_completion(_prepare_schema(engine, settings, migrate))
     except BaseException:

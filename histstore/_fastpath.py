@@ -354,6 +354,21 @@ class Driver:
 class _Aiosqlite(Driver):
     begin_sql = "BEGIN IMMEDIATE"  # see _engine: why writers take the lock up front
 
+    def __init__(self, dialect: Dialect, sqlite: SqliteSettings | None) -> None:
+        super().__init__(dialect, sqlite)
+        import aiosqlite
+
+        # The one-trip transaction below relies on these two (see ``transaction``).
+        if not (
+            callable(getattr(aiosqlite.Connection, "_execute", None))
+            and isinstance(getattr(aiosqlite.Connection, "_conn", None), property)
+        ):
+            version = getattr(aiosqlite, "__version__", "?")
+            raise HistStoreError(
+                f"aiosqlite {version} is not supported: histstore needs"
+                " aiosqlite.Connection._execute and ._conn"
+            )
+
     async def transaction(self, driver: Any, program: Program[T], phase: Phase) -> T | None:
         # aiosqlite runs every call as a function on the connection's own thread; this
         # hands it the whole transaction as one such function (the private ``_execute``

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
 import pytest
 from alembic import command
 from helpers import empty_pg_database, is_database_error, pg_fetch
@@ -160,6 +161,16 @@ async def test_missing_driver_says_how_to_install_it() -> None:
         await histstore.connect("postgresql+nosuchdriver://u@127.0.0.1/db")
     assert "pip install 'histstore[postgres]'" in str(info.value)
     assert info.value.__cause__ is not None
+
+
+@pytest.mark.parametrize("missing", ["_execute", "_conn"])
+async def test_an_aiosqlite_without_what_the_store_needs_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str
+) -> None:
+    monkeypatch.delattr(aiosqlite.Connection, missing)
+    with pytest.raises(HistStoreError, match=r"aiosqlite .* is not supported"):
+        await histstore.connect(tmp_path / "x.db")
+    assert not (tmp_path / "x.db").exists()
 
 
 @pytest.mark.parametrize(
