@@ -32,7 +32,7 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection, QueuePool
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.types import TypeEngine
 from sqlalchemy.util import greenlet_spawn
@@ -77,6 +77,9 @@ class CompiledStatement:
     def __init__(self, stmt: ClauseElement, dialect: Dialect) -> None:
         compiled = stmt.compile(dialect=dialect)
         assert isinstance(compiled, SQLCompiler)
+        assert isinstance(stmt, Executable)
+        self.statement = stmt
+        """The Core statement, for running it through SQLAlchemy with the same params."""
         self.sql = str(compiled)
         names = list(compiled.positiontup or ())
         # (name, processor, value the statement itself gives, e.g. SQLite's OFFSET 0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, TypeVar
@@ -150,6 +150,45 @@ class _Statements:
             .on_conflict_do_nothing(index_elements=[_writes.c.conversation_id, _writes.c.key])
             .returning(_writes.c.key)
         )
+
+        # Creates the conversation or marks it changed, locking its row; returns its
+        # length, or nothing when a view may not see it.
+        self.touch = compile_(
+            ins.values(length=0)
+            .on_conflict_do_update(
+                index_elements=[_conv.c.id],
+                set_={"updated_at": now},
+                where=(_conv.c.owner == bindparam("owner")) if scoped else None,
+            )
+            .returning(_conv.c.length)
+        )
+        md, lists = s.metadata_entries, s.lists
+        md_ins = _dialects.insert(dialect, md)
+        self.set_metadata = compile_(
+            md_ins.on_conflict_do_update(
+                index_elements=[md.c.conversation_id, md.c.key],
+                set_={"value": md_ins.excluded.value, "digest": md_ins.excluded.digest},
+            )
+        )
+        self.delete_metadata = compile_(
+            delete(md).where(md.c.conversation_id == conv_id, md.c.key == bindparam("key"))
+        )
+        k = bindparam("k", type_=BigInteger)
+        # Creates the list or adds k to its length; returns the new length.
+        self.grow_list = compile_(
+            _dialects.insert(dialect, lists)
+            .values(
+                conversation_id=conv_id,
+                name=bindparam("name", type_=lists.c.name.type),
+                length=k,
+            )
+            .on_conflict_do_update(
+                index_elements=[lists.c.conversation_id, lists.c.name],
+                set_={"length": lists.c.length + k},
+            )
+            .returning(lists.c.length)
+        )
+        self.insert_list_items = compile_(s.list_items.insert())
 
 
 class _Shared:
@@ -329,6 +368,29 @@ class Store:
 
         return await (run_to_completion(run()) if self._in_memory else run())
 
+    async def _run_program(
+        self, program: _fastpath.Program[T], *, action: str, conversation: str
+    ) -> T | None:
+        """Run a write program (see ``_fastpath``) in one transaction on the fast path,
+        to its end even when the caller is cancelled."""
+        self._check_open()
+
+        async def run() -> T | None:
+            with translate_errors(action, conversation):
+                async with self._driver.connection(self._connections) as driver:
+                    return await self._driver.transaction(driver, program, ["body"])
+
+        return await run_to_completion(run())
+
+    def _touched(self, conversation: str) -> Generator[_fastpath.Step, Any, int]:
+        """Program steps: create the conversation when needed and mark it changed,
+        under its lock; returns its length. ``NotFound`` when a view may not see it."""
+        params = {"c": conversation, "owner": self._owner, "now": _now()}
+        rows = yield _fastpath.FETCH, self._sql.touch, params
+        if not rows:
+            raise NotFound(f"conversation {conversation!r} not found")
+        return int(rows[0][0])
+
     def _owned(self, conversation: str) -> ColumnElement[bool]:
         """The condition that a conversation row is visible through this store."""
         cond = _conv.c.id == conversation
@@ -359,14 +421,8 @@ class Store:
         Returns its length. Raises ``NotFound`` when the id is taken by a conversation
         this view may not see.
         """
-        ins = _dialects.insert(self._dialect, _conv).values(
-            id=conversation, owner=self._owner, length=0, created_at=now, updated_at=now
-        )
-        where = None if self._owner is None else (_conv.c.owner == self._owner)
-        stmt = ins.on_conflict_do_update(
-            index_elements=[_conv.c.id], set_={"updated_at": now}, where=where
-        ).returning(_conv.c.length)
-        length = (await conn.execute(stmt)).scalar()
+        params = {"c": conversation, "owner": self._owner, "now": now}
+        length = (await conn.execute(self._sql.touch.statement, params)).scalar()
         if length is None:
             raise NotFound(f"conversation {conversation!r} not found")
         return int(length)
@@ -1126,23 +1182,18 @@ class Store:
             raise TypeError("merge_metadata() takes a mapping")
         sets = _metadata_rows(conversation, {k: v for k, v in updates.items() if v is not None})
         removals = [_check_key(k) for k, v in updates.items() if v is None]
-        md = s.metadata_entries
 
-        async def work(conn: AsyncConnection) -> None:
-            await self._touch(conn, conversation, _now())
+        def program() -> _fastpath.Program[bool]:
+            yield from self._touched(conversation)
+            sql = self._sql
             if sets:
-                ins = _dialects.insert(self._dialect, md)
-                stmt = ins.on_conflict_do_update(
-                    index_elements=[md.c.conversation_id, md.c.key],
-                    set_={"value": ins.excluded.value, "digest": ins.excluded.digest},
-                )
-                await conn.execute(stmt, sets)
+                yield _fastpath.EXECUTE_MANY, sql.set_metadata, sets
             if removals:
-                await conn.execute(
-                    delete(md).where(md.c.conversation_id == conversation, md.c.key.in_(removals))
-                )
+                gone = [{"c": conversation, "key": key} for key in removals]
+                yield _fastpath.EXECUTE_MANY, sql.delete_metadata, gone
+            return True
 
-        await self._run(work, mode="write", action="merge metadata", conversation=conversation)
+        await self._run_program(program(), action="merge metadata", conversation=conversation)
 
     # ------------------------------------------------------------------ named lists
 
@@ -1163,20 +1214,14 @@ class Store:
             raise InvalidMessage("list_append() takes a sequence of items")
         encoded = [_encode_item(item) for item in items]
         k = len(encoded)
-        lists = s.lists
 
-        async def work(conn: AsyncConnection) -> int:
-            await self._touch(conn, conversation, _now())
-            ins = _dialects.insert(self._dialect, lists).values(
-                conversation_id=conversation, name=name, length=k
-            )
-            stmt = ins.on_conflict_do_update(
-                index_elements=[lists.c.conversation_id, lists.c.name],
-                set_={"length": lists.c.length + k},
-            ).returning(lists.c.length)
-            length = int((await conn.execute(stmt)).scalar_one())
+        def program() -> _fastpath.Program[int]:
+            yield from self._touched(conversation)
+            sql = self._sql
+            rows = yield _fastpath.FETCH, sql.grow_list, {"c": conversation, "name": name, "k": k}
+            length = int(rows[0][0])
             if encoded:
-                rows = [
+                items = [
                     {
                         "conversation_id": conversation,
                         "name": name,
@@ -1186,10 +1231,12 @@ class Store:
                     }
                     for i, (value, blob) in enumerate(encoded)
                 ]
-                await conn.execute(s.list_items.insert(), rows)
+                yield _fastpath.EXECUTE_MANY, sql.insert_list_items, items
             return length
 
-        return await self._run(work, mode="write", action="list append", conversation=conversation)
+        length = await self._run_program(program(), action="list append", conversation=conversation)
+        assert length is not None
+        return length
 
     async def list_load(
         self, conversation: str, name: str, *, start: int = 0, limit: int | None = None
