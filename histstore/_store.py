@@ -190,6 +190,28 @@ class _Statements:
         )
         self.insert_list_items = compile_(s.list_items.insert())
 
+        # pop: shortens the conversation by one, returning the new length (the position
+        # of the message to remove), or nothing when it is empty or not visible.
+        self.shorten = compile_(
+            update(_conv)
+            .where(owned, _conv.c.length > 0)
+            .values(length=_conv.c.length - 1, updated_at=now)
+            .returning(_conv.c.length)
+        )
+        self.delete_message = compile_(
+            delete(_msg)
+            .where(
+                _msg.c.conversation_id == conv_id,
+                _msg.c.position == bindparam("position", type_=BigInteger),
+            )
+            .returning(*cols)
+        )
+        sm = s.summaries
+        self.next_summary = compile_(
+            select(func.coalesce(func.max(sm.c.seq) + 1, 0)).where(sm.c.conversation_id == conv_id)
+        )
+        self.insert_summary = compile_(sm.insert())
+
 
 class _Shared:
     """What a store and its scoped views share: the fast-path driver, its connection
@@ -382,10 +404,12 @@ class Store:
 
         return await run_to_completion(run())
 
-    def _touched(self, conversation: str) -> Generator[_fastpath.Step, Any, int]:
+    def _touched(
+        self, conversation: str, now: datetime | None = None
+    ) -> Generator[_fastpath.Step, Any, int]:
         """Program steps: create the conversation when needed and mark it changed,
         under its lock; returns its length. ``NotFound`` when a view may not see it."""
-        params = {"c": conversation, "owner": self._owner, "now": _now()}
+        params = {"c": conversation, "owner": self._owner, "now": now or _now()}
         rows = yield _fastpath.FETCH, self._sql.touch, params
         if not rows:
             raise NotFound(f"conversation {conversation!r} not found")
@@ -833,29 +857,20 @@ class Store:
         """Remove and return the newest message; ``None`` when there is none."""
         validate_id(conversation)
 
-        async def work(conn: AsyncConnection) -> Message | None:
-            length = (
-                await conn.execute(
-                    update(_conv)
-                    .where(self._owned(conversation), _conv.c.length > 0)
-                    .values(length=_conv.c.length - 1, updated_at=_now())
-                    .returning(_conv.c.length)
-                )
-            ).scalar()
-            if length is None:
-                return None
-            row = (
-                await conn.execute(
-                    delete(_msg)
-                    .where(_msg.c.conversation_id == conversation, _msg.c.position == length)
-                    .returning(_msg.c.data, _msg.c.position, _msg.c.created_at)
-                )
-            ).first()
-            if row is None:
+        def program() -> _fastpath.Program[Message]:
+            sql = self._sql
+            params = {"c": conversation, "owner": self._owner, "now": _now()}
+            rows = yield _fastpath.FETCH, sql.shorten, params
+            if not rows:
+                return None  # empty, unknown or not visible: nothing to commit
+            params = {"c": conversation, "position": rows[0][0]}
+            rows = yield _fastpath.FETCH, sql.delete_message, params
+            if not rows:
                 raise HistStoreError(f"conversation {conversation!r} is missing a message")
-            return Message._stored(row[0], row[1], row[2])
+            data, position, created_at = rows[0]
+            return Message._stored(data, position, created_at, sql.created_at)
 
-        return await self._run(work, mode="write", action="pop", conversation=conversation)
+        return await self._run_program(program(), action="pop", conversation=conversation)
 
     async def clear(self, conversation: str) -> None:
         """Remove the conversation and everything it holds. Idempotent."""
@@ -1092,27 +1107,17 @@ class Store:
         if not isinstance(summary, Summary):
             raise TypeError("add_summary() takes a Summary")
         row = _summary_row(conversation, 0, summary)
-        sm = s.summaries
 
-        async def work(conn: AsyncConnection) -> None:
+        def program() -> _fastpath.Program[bool]:
             now = _now()
-            await self._touch(conn, conversation, now)
-            seq = (
-                await conn.execute(
-                    select(func.max(sm.c.seq)).where(sm.c.conversation_id == conversation)
-                )
-            ).scalar()
-            await conn.execute(
-                sm.insert().values(
-                    {
-                        **row,
-                        "seq": 0 if seq is None else seq + 1,
-                        "created_at": row.get("created_at") or now,
-                    }
-                )
-            )
+            yield from self._touched(conversation, now)
+            sql = self._sql
+            rows = yield _fastpath.FETCH, sql.next_summary, {"c": conversation}
+            values = {**row, "seq": rows[0][0], "created_at": row["created_at"] or now}
+            yield _fastpath.EXECUTE, sql.insert_summary, values
+            return True
 
-        await self._run(work, mode="write", action="add summary", conversation=conversation)
+        await self._run_program(program(), action="add summary", conversation=conversation)
 
     async def summaries(self, conversation: str) -> list[Summary]:
         """The conversation's summaries in the order added; ``[]`` when unknown."""
