@@ -84,7 +84,7 @@ class StoreSettings:
 
 class _Statements:
     """The hot-path statements: Core statements with bound parameters, compiled once per
-    store for the fast path (see ``_fastpath``).
+    engine and kind of store (whole or scoped) for the fast path (see ``_fastpath``).
 
     Parameters: ``c`` (conversation id), ``owner`` (a view's user), and per statement
     the rest.
