@@ -208,9 +208,6 @@ class _Running(Generic[T]):
 class Driver:
     """Runs compiled statements on one kind of driver connection."""
 
-    begin_sql = "BEGIN"
-    positional = False  # asyncpg: args spread; aiosqlite: one sequence
-
     def __init__(self, dialect: Dialect, sqlite: SqliteSettings | None) -> None:
         self.dialect = dialect
         self._sqlite = sqlite
@@ -282,43 +279,7 @@ class Driver:
         memo: Memo | None = None,
     ) -> Sequence[Any]:
         """Run a statement that returns rows; all of them."""
-        args = stmt.args(params, memo)
-        if self.positional:
-            return await driver.fetch(stmt.sql, *args)  # type: ignore[no-any-return]
-        return await driver.execute_fetchall(stmt.sql, args)  # type: ignore[no-any-return]
-
-    async def execute(
-        self,
-        driver: Any,
-        stmt: CompiledStatement,
-        params: Mapping[str, Any],
-        memo: Memo | None = None,
-    ) -> None:
-        """Run a statement for its effect."""
-        args = stmt.args(params, memo)
-        if self.positional:
-            await driver.execute(stmt.sql, *args)
-        else:
-            await driver.execute(stmt.sql, args)
-
-    async def execute_many(
-        self,
-        driver: Any,
-        stmt: CompiledStatement,
-        rows: Sequence[Mapping[str, Any]],
-        memo: Memo | None = None,
-    ) -> None:
-        """Run a statement once per row, in one call."""
-        memo = {} if memo is None else memo
-        await driver.executemany(stmt.sql, [stmt.args(r, memo) for r in rows])
-
-    async def begin(self, driver: Any) -> None:
-        """Begin a write transaction (SQLite: taking the write lock up front)."""
-        await driver.execute(self.begin_sql)
-
-    async def commit(self, driver: Any) -> None:
-        """Commit the transaction."""
-        await driver.execute("COMMIT")
+        raise NotImplementedError
 
     async def rollback(self, driver: Any) -> None:
         """Roll the transaction back."""
@@ -330,33 +291,10 @@ class Driver:
         Updates ``phase`` as the commit starts and ends. On an exception from the program
         the transaction is rolled back; a failed statement is left to ``connection()``.
         """
-        memo: Memo = {}
-        run = _Running(program)
-        await self.begin(driver)
-        try:
-            for kind, stmt, params in run:
-                if kind == FETCH:
-                    run.rows = await self.fetch(driver, stmt, params, memo)
-                elif kind == EXECUTE:
-                    await self.execute(driver, stmt, params, memo)
-                else:
-                    await self.execute_many(driver, stmt, params, memo)
-        except HistStoreError:
-            await self.rollback(driver)
-            raise
-        value = run.value
-        if value is None:
-            await self.rollback(driver)
-            return None
-        phase[0] = "commit"
-        await self.commit(driver)
-        phase[0] = "done"
-        return value
+        raise NotImplementedError
 
 
 class _Aiosqlite(Driver):
-    begin_sql = "BEGIN IMMEDIATE"  # see _engine: why writers take the lock up front
-
     def __init__(self, dialect: Dialect, sqlite: SqliteSettings | None) -> None:
         super().__init__(dialect, sqlite)
         import aiosqlite
@@ -372,6 +310,16 @@ class _Aiosqlite(Driver):
                 " aiosqlite.Connection._execute and ._conn"
             )
 
+    async def fetch(
+        self,
+        driver: Any,
+        stmt: CompiledStatement,
+        params: Mapping[str, Any],
+        memo: Memo | None = None,
+    ) -> Sequence[Any]:
+        rows = await driver.execute_fetchall(stmt.sql, stmt.args(params, memo))
+        return rows  # type: ignore[no-any-return]
+
     async def transaction(self, driver: Any, program: Program[T], phase: Phase) -> T | None:
         # aiosqlite runs every call as a function on the connection's own thread; this
         # hands it the whole transaction as one such function (the private ``_execute``
@@ -384,7 +332,7 @@ class _Aiosqlite(Driver):
         conn: sqlite3.Connection = driver._conn
         memo: Memo = {}
         run = _Running(program)
-        conn.execute(self.begin_sql)
+        conn.execute("BEGIN IMMEDIATE")  # see _engine: why writers take the lock up front
         try:
             for kind, stmt, params in run:
                 if kind == FETCH:
@@ -411,7 +359,39 @@ class _Aiosqlite(Driver):
 
 
 class _Asyncpg(Driver):
-    positional = True
+    async def fetch(
+        self,
+        driver: Any,
+        stmt: CompiledStatement,
+        params: Mapping[str, Any],
+        memo: Memo | None = None,
+    ) -> Sequence[Any]:
+        return await driver.fetch(stmt.sql, *stmt.args(params, memo))  # type: ignore[no-any-return]
+
+    async def transaction(self, driver: Any, program: Program[T], phase: Phase) -> T | None:
+        # One protocol call per statement; asyncpg takes the arguments spread.
+        memo: Memo = {}
+        run = _Running(program)
+        await driver.execute("BEGIN")
+        try:
+            for kind, stmt, params in run:
+                if kind == FETCH:
+                    run.rows = await self.fetch(driver, stmt, params, memo)
+                elif kind == EXECUTE:
+                    await driver.execute(stmt.sql, *stmt.args(params, memo))
+                else:
+                    await driver.executemany(stmt.sql, [stmt.args(p, memo) for p in params])
+        except HistStoreError:
+            await self.rollback(driver)
+            raise
+        value = run.value
+        if value is None:
+            await self.rollback(driver)
+            return None
+        phase[0] = "commit"
+        await driver.execute("COMMIT")
+        phase[0] = "done"
+        return value
 
     def _in_transaction(self, driver: Any) -> bool:
         if driver.is_closed():
