@@ -4,12 +4,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
 from ._errors import InvalidMessage
 
-__all__ = ["canonical", "canonical_digest", "decode", "digest", "encode", "looks_large"]
+__all__ = [
+    "canonical",
+    "canonical_digest",
+    "check_text",
+    "decode",
+    "digest",
+    "encode",
+    "key_from_stored",
+    "key_to_stored",
+    "looks_large",
+]
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 _canonical = json.JSONEncoder(
@@ -80,3 +91,42 @@ def looks_large(values: Iterable[object], *, budget: int = 1 << 16, nodes: int =
         if size > budget:
             return True
     return False
+
+
+def check_text(value: object, *, what: str) -> str:
+    """A string the databases store in a text column unchanged, else ``InvalidMessage``.
+
+    Such text has no NUL (Postgres text cannot hold one) and no lone surrogate (it must
+    encode as UTF-8). The error never quotes the value.
+    """
+    if not isinstance(value, str):
+        raise InvalidMessage(f"{what} must be a str, not {type(value).__name__}")
+    if "\x00" in value:
+        raise InvalidMessage(f"{what} holds a NUL character, which text columns cannot store")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidMessage(f"{what} holds a lone surrogate") from None
+    return value
+
+
+# Metadata keys are any strings, NUL included, but sit in a text column: NUL and the
+# escape character itself are written as two-character escapes. Keys without either
+# (every key stored before keys could hold control characters) are stored unchanged.
+_ESCAPE, _ESCAPED_ESCAPE, _ESCAPED_NUL = "\x01", "\x01\x01", "\x01\x02"
+_UNESCAPE = re.compile("\x01(.)", re.DOTALL)
+
+
+def key_to_stored(key: str) -> str:
+    """The text-column form of a metadata key (see ``key_from_stored``)."""
+    if "\x00" not in key and _ESCAPE not in key:
+        return key
+    return key.replace(_ESCAPE, _ESCAPED_ESCAPE).replace("\x00", _ESCAPED_NUL)
+
+
+def key_from_stored(stored: str) -> str:
+    """The metadata key a stored key stands for."""
+    if _ESCAPE not in stored:
+        return stored
+    return _UNESCAPE.sub(lambda m: _ESCAPE if m.group(1) == _ESCAPE else "\x00", stored)

@@ -20,11 +20,12 @@ from ._engine import (
     make_engine,
     resolve_target,
 )
-from ._errors import HistStoreError, translate_errors
-from ._fastpath import for_dialect
+from ._dberrors import translate_errors
+from ._drivers import for_dialect
+from ._errors import HistStoreError
+from ._executor import run_to_completion
 from ._models import Message
 from ._store import Store, StoreSettings
-from ._tx import run_to_completion
 
 __all__ = ["connect"]
 
@@ -146,11 +147,7 @@ async def _open(
         else None,
     )
     try:
-        if for_dialect(engine.dialect, None) is None:
-            raise ValueError(
-                "histstore runs on sqlite+aiosqlite and postgresql+asyncpg,"
-                f" not {engine.dialect.name}+{engine.dialect.driver}"
-            )
+        for_dialect(engine.dialect)  # ValueError for a driver histstore does not run on
         install_hooks(engine)
         if migrate is not False:
             await run_to_completion(_prepare_schema(engine, settings, migrate))

@@ -92,11 +92,19 @@ def resolve_target(target: object) -> URL | AsyncEngine:
     backend, _, driver = url.drivername.partition("+")
     if backend == "postgres":
         backend = "postgresql"
-    if backend == "sqlite":
-        return url.set(drivername=f"sqlite+{driver or 'aiosqlite'}")
-    if backend == "postgresql":
-        return url.set(drivername=f"postgresql+{driver or 'asyncpg'}")
-    raise ValueError(f"histstore supports sqlite and postgresql URLs, not {backend!r}")
+    wanted = _DRIVERS.get(backend)
+    if wanted is None:
+        raise ValueError(f"histstore supports sqlite and postgresql URLs, not {backend!r}")
+    if driver and driver != wanted:
+        raise ValueError(
+            f"histstore runs {backend} on {wanted}, not {driver}: use {backend}:// or"
+            f" {backend}+{wanted}://"
+        )
+    return url.set(drivername=f"{backend}+{wanted}")
+
+
+_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
+"""The one async driver histstore runs each database on."""
 
 
 def is_memory_url(url: URL) -> bool:

@@ -1,4 +1,4 @@
-"""The exceptions histstore raises, and the one place driver errors are translated.
+"""The exceptions histstore raises.
 
 ::
 
@@ -13,43 +13,20 @@
     └── SchemaError
 
 Messages name the conversation (and the failing operation) but never include message
-content; a database driver's exception is kept as ``__cause__``.
+content; a database driver's exception is kept as ``__cause__``. This module is the
+hierarchy only: database errors are translated in the storage layer (``_dberrors``).
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
-
-from sqlalchemy import exc as sa_exc
-
-_driver_errors: list[type[BaseException]] = [sqlite3.Error]
-try:  # asyncpg is an optional extra
-    import asyncpg
-
-    _driver_errors += [asyncpg.PostgresError, asyncpg.InterfaceError]
-except ImportError:  # pragma: no cover - depends on the installation
-    pass
-DRIVER_ERRORS: tuple[type[BaseException], ...] = tuple(_driver_errors)
-"""What the drivers raise when called directly (the fast path)."""
-DATABASE_ERRORS: tuple[type[BaseException], ...] = (
-    sa_exc.SQLAlchemyError,
-    OSError,
-    ConnectionError,
-    TimeoutError,
-    *DRIVER_ERRORS,
-)
-"""Every failure of the database or the way to it; translated to ``HistStoreError``."""
 
 if TYPE_CHECKING:
     from ._models import Message, WriteOutcome
     from ._store import Store
 
 __all__ = [
-    "DATABASE_ERRORS",
-    "DRIVER_ERRORS",
     "CommitError",
     "ConflictError",
     "HistStoreError",
@@ -59,12 +36,17 @@ __all__ = [
     "SchemaError",
     "WindowTooSmall",
     "WriteError",
-    "translate_errors",
 ]
 
 
 class HistStoreError(Exception):
-    """Base class of every error histstore raises."""
+    """Base class of every error histstore raises.
+
+    ``outcome`` is set on every error a ``write`` raises (the zero outcome when nothing
+    was written), else ``None``.
+    """
+
+    outcome: WriteOutcome | None = None
 
 
 class InvalidId(HistStoreError, ValueError):
@@ -149,25 +131,3 @@ class WindowTooSmall(HistStoreError):
 
 class SchemaError(HistStoreError):
     """The database schema is missing, outdated, or newer than this library."""
-
-
-def describe(exc: BaseException) -> str:
-    """Name a driver error without its text (which may quote parameters)."""
-    orig = getattr(exc, "orig", None)
-    return type(orig if orig is not None else exc).__name__
-
-
-@contextmanager
-def translate_errors(action: str, conversation: str | None = None) -> Iterator[None]:
-    """Re-raise database errors met inside the block as ``HistStoreError``.
-
-    ``action`` says what was being done ("read", "clear", ...); the message names the
-    conversation when there is one.
-    """
-    try:
-        yield
-    except HistStoreError:
-        raise
-    except DATABASE_ERRORS as exc:
-        where = f" conversation {conversation!r}" if conversation is not None else ""
-        raise HistStoreError(f"{action}{where} failed: {describe(exc)}") from exc

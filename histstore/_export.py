@@ -57,7 +57,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from . import _codec
 from . import _schema as s
 from ._dialects import Mode, for_update
-from ._errors import HistStoreError, InvalidMessage, NotFound, translate_errors
+from ._dberrors import translate_errors
+from ._errors import HistStoreError, InvalidMessage, NotFound
 from ._ids import validate_id
 from ._models import Summary
 from ._store import Store
@@ -203,7 +204,7 @@ class _Page:
 
 def _engine(store: Store, mode: Mode) -> AsyncEngine:
     """The store's engine set up for one kind of transaction (see ``mode_options``)."""
-    return store._engines[mode]
+    return store._executor._engines[mode]
 
 
 class _Source:

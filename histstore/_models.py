@@ -290,8 +290,8 @@ class ConversationState:
         validate_id(self.id)
         if self.user is not None:
             validate_id(self.user, what="user")
-        if self.system_prompt is not None and not isinstance(self.system_prompt, str):
-            raise InvalidMessage("system_prompt must be a str or None")
+        if self.system_prompt is not None:
+            _codec.check_text(self.system_prompt, what="system_prompt")
         set_ = object.__setattr__
         set_(self, "messages", _freeze_messages(self.messages))
         summaries = tuple(self.summaries)

@@ -162,7 +162,7 @@ class WindowStore:
         store = self._store
         head: list[Message] = []
         used_messages = used_tokens = 0
-        systems = await store._read_system(conversation)
+        systems = await store.system_messages(conversation)
         if systems:
             merged = _merge_system(systems)
             head.append(merged)

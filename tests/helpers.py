@@ -56,7 +56,7 @@ def connections_in_use(store: histstore.Store) -> int:
     """Connections checked out of the store's pool for calls under way: 0 between calls
     (the connections the store keeps for its next calls do not count)."""
     checked_out: int = store.engine.pool.checkedout()  # type: ignore[attr-defined]
-    return checked_out - store._connections.idle
+    return checked_out - store._executor.idle_connections
 
 
 def is_database_error(exc: BaseException | None) -> bool:
@@ -140,8 +140,8 @@ async def raw_rows(store: histstore.Store, conversation: str) -> dict[str, list[
     """Every row of every histstore table that belongs to ``conversation``."""
     out: dict[str, list[tuple[Any, ...]]] = {}
     async with store.engine.connect() as conn:
-        for table in _schema.metadata.sorted_tables:
-            col = table.c.id if table.name == "histstore_conversations" else table.c.conversation_id
+        for table in (_schema.conversations, *_schema.CONVERSATION_TABLES):
+            col = table.c.id if table is _schema.conversations else table.c.conversation_id
             rows = (await conn.execute(select(table).where(col == conversation))).all()
             out[table.name] = sorted((tuple(r) for r in rows), key=repr)
     return out

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sqlite3
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
 import pytest
 from alembic import command
 from helpers import empty_pg_database, is_database_error, pg_fetch
@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 import histstore
-from histstore import HistStoreError, Message, SchemaError, Store, WriteError
+from histstore import HistStoreError, Message, SchemaError, Store, WriteError, _drivers
 from histstore._migrations import alembic_config
 
 VERSION_TABLE = "histstore_alembic_version"
@@ -156,21 +156,46 @@ async def test_unsupported_database_is_value_error(target: str) -> None:
         await histstore.connect(target)
 
 
-async def test_missing_driver_says_how_to_install_it() -> None:
+@pytest.mark.parametrize(
+    ("target", "right"),
+    [
+        ("postgresql+psycopg2://u@127.0.0.1/db", "postgresql+asyncpg://"),
+        ("postgresql+nosuchdriver://u@127.0.0.1/db", "postgresql+asyncpg://"),
+        ("sqlite+pysqlite://", "sqlite+aiosqlite://"),
+    ],
+)
+async def test_another_driver_is_refused_naming_the_right_url(target: str, right: str) -> None:
+    with pytest.raises(ValueError, match="runs") as info:
+        await histstore.connect(target)
+    assert right in str(info.value)
+    assert "pip install" not in str(info.value)
+
+
+async def test_missing_driver_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "asyncpg", None)  # as if the extra were not installed
     with pytest.raises(HistStoreError) as info:
-        await histstore.connect("postgresql+nosuchdriver://u@127.0.0.1/db")
+        await histstore.connect("postgresql://u@127.0.0.1/db")
     assert "pip install 'histstore[postgres]'" in str(info.value)
     assert info.value.__cause__ is not None
 
 
-@pytest.mark.parametrize("missing", ["_execute", "_conn"])
-async def test_an_aiosqlite_without_what_the_store_needs_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str
+async def test_an_aiosqlite_without_its_private_calls_still_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delattr(aiosqlite.Connection, missing)
-    with pytest.raises(HistStoreError, match=r"aiosqlite .* is not supported"):
-        await histstore.connect(tmp_path / "x.db")
-    assert not (tmp_path / "x.db").exists()
+    """The one-trip program uses aiosqlite internals; without them (as the check finds
+    when a future aiosqlite drops them) the store runs every statement through
+    aiosqlite's public calls instead: slower, never broken."""
+    monkeypatch.setattr(_drivers, "aiosqlite_one_trip", lambda: False)
+    async with histstore.connect(tmp_path / "x.db") as store:
+        assert not store._executor.driver.one_trip  # type: ignore[attr-defined]
+        await store.write("c", [{"role": "user", "content": "hi"}])
+        await store.write("c", [{"role": "user", "content": "hi"}], at=0)
+        with pytest.raises(histstore.ConflictError):
+            await store.write("c", [{"role": "user", "content": "other"}], at=0)
+        await store.merge_metadata("c", {"k": 1})
+        assert await store.list_append("c", "l", [1, 2]) == 2
+        assert (await store.pop("c")) == histstore.Message.user("hi")
+        assert await store.count("c") == 0
 
 
 @pytest.mark.parametrize(
@@ -279,11 +304,15 @@ async def test_schema_error_does_not_reveal_the_password(pg_url: str) -> None:
 
 async def _pragma(store: Store, name: str) -> Any:
     """A pragma on the connections the store uses, the same on both of its paths: the
-    fast path's driver connections and SQLAlchemy's (fails when they differ)."""
-    async with store._driver.connection(store._connections) as driver:
+    executor's driver connections and SQLAlchemy's (fails when they differ)."""
+    executor = store._executor
+    async with executor._connection() as driver:
         fast = (await driver.execute_fetchall(f"PRAGMA {name}"))[0][0]
-    async with store._engines["snapshot"].connect() as conn:
-        general = (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar()
+
+    async def core(conn: Any) -> Any:
+        return (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar()
+
+    general = await executor.run(core, mode="snapshot", action="pragma")
     assert fast == general
     return fast
 

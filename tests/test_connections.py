@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 import histstore
 from histstore._engine import resolve_target
-from histstore._fastpath import ConnectionCache
+from histstore._executor import ConnectionCache
 
 
 def _engine(backend: Backend, **pool: Any) -> AsyncEngine:
@@ -91,7 +91,7 @@ async def test_kept_connections_leave_the_pool_to_other_calls(borrowed: AsyncEng
                 timeout=5,
             )
         assert connections_in_use(store) == 0
-        assert store._connections.idle <= 1
+        assert store._executor.idle_connections <= 1
 
 
 async def test_an_in_memory_store_keeps_no_connection_aside() -> None:
@@ -99,7 +99,7 @@ async def test_an_in_memory_store_keeps_no_connection_aside() -> None:
         c = new_id()
         await store.write(c, user_msgs(3))
         assert (await store.read(c, limit=1))[0].content == "m-2"
-        assert store._connections.idle == 0
+        assert store._executor.idle_connections == 0
         await store.merge_metadata(c, {"k": 1})  # the only connection is free for this
         assert (await store.load(c)).metadata == {"k": 1}
 

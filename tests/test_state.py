@@ -9,15 +9,14 @@ from __future__ import annotations
 import asyncio
 import math
 import textwrap
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from faults import Faults
 from helpers import PYTHON, new_id, raw_rows, subprocess_env, user_msgs
-from sqlalchemy import event, select, update
-from sqlalchemy import exc as sa_exc
+from sqlalchemy import select, update
 
 import histstore
 from histstore import (
@@ -76,22 +75,6 @@ async def make_old(store: Store, conversation: str, when: datetime | None = None
             update(conv).where(conv.c.id == conversation).values(updated_at=when or old_time())
         )
         assert result.rowcount == 1
-
-
-@contextmanager
-def fail_on_insert_into(store: Store, table: str) -> Iterator[None]:
-    """Make the store's next INSERT into ``table`` fail (a fault half way through a transaction)."""
-
-    def hook(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.lstrip().upper().startswith("INSERT INTO " + table.upper()):
-            raise sa_exc.OperationalError(statement, None, RuntimeError("injected fault"))
-
-    sync = store.engine.sync_engine
-    event.listen(sync, "before_cursor_execute", hook)
-    try:
-        yield
-    finally:
-        event.remove(sync, "before_cursor_execute", hook)
 
 
 async def fill(store: Store, c: str, *, user: str | None = None) -> ConversationState:
@@ -282,13 +265,18 @@ async def test_save_invalid_writes_nothing(backend: Any) -> None:
         assert not await st.exists(fresh)
 
 
-async def test_save_is_one_transaction(store: Store, cid: str) -> None:
+async def test_save_is_one_transaction(
+    store: Store, cid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A failure after the old rows were deleted and new messages inserted rolls all back."""
     await fill(store, cid)
     rows = await raw_rows(store, cid)
     state = ConversationState(cid, messages=user_msgs(4, "new"), summaries=[Summary(0, 1, "s")])
-    with fail_on_insert_into(store, "histstore_summaries"), pytest.raises(HistStoreError):
+    faults = Faults(monkeypatch)
+    faults.fail_insert_into = "histstore_summaries"
+    with pytest.raises(HistStoreError):
         await store.save(state)
+    faults.fail_insert_into = None
     assert await raw_rows(store, cid) == rows
     # The store is usable afterwards.
     await store.save(state)
@@ -535,7 +523,34 @@ async def test_metadata_bad_value_writes_nothing(store: Store, cid: str, bad: An
     assert await raw_rows(store, cid) == rows
 
 
-@pytest.mark.parametrize("key", BAD_IDS, ids=repr)
+BAD_KEYS: list[Any] = ["x" * 256, "\x00" * 200, "\ud800", "a\udfffb", 7, None, b"k"]
+ANY_KEYS = [
+    "",
+    " lead",
+    "trail ",
+    "nul\x00",
+    "\x00",
+    "\x01\x02",
+    "\x01\x00\x01",
+    "a\nb",
+    "\x7f",
+    "ü" * 255,
+]
+
+
+@pytest.mark.parametrize("key", ANY_KEYS, ids=repr)
+async def test_metadata_keys_are_any_strings(store: Store, cid: str, key: str) -> None:
+    """SPEC 5: keys are strings, NUL and control characters included, on every backend."""
+    await store.merge_metadata(cid, {key: {"v": key}, "plain": 1})
+    assert await store.metadata(cid) == {key: {"v": key}, "plain": 1}
+    assert await store.conversations(metadata={key: {"v": key}}) == [cid]
+    await store.merge_metadata(cid, {key: None})
+    assert await store.metadata(cid) == {"plain": 1}
+    await store.save(ConversationState(cid, metadata={key: 1}))
+    assert (await store.load(cid)).metadata == {key: 1}
+
+
+@pytest.mark.parametrize("key", BAD_KEYS, ids=repr)
 async def test_metadata_bad_key_writes_nothing(store: Store, cid: str, key: Any) -> None:
     await store.merge_metadata(cid, {"a": 1})
     rows = await raw_rows(store, cid)
@@ -785,7 +800,7 @@ async def test_clear_leaves_nothing(store: Store, cid: str) -> None:
     await fill(store, other)
     other_rows = await raw_rows(store, other)
     rows = await raw_rows(store, cid)
-    assert all(rows[t.name] for t in _schema.metadata.sorted_tables), rows.keys()
+    assert all(rows.values()), rows.keys()
     await store.clear(cid)
     assert all(r == [] for r in (await raw_rows(store, cid)).values())
     assert await raw_rows(store, other) == other_rows
@@ -803,8 +818,10 @@ async def test_clear_leaves_nothing(store: Store, cid: str) -> None:
 
 
 def test_tables_are_covered() -> None:
-    """The raw-row checks above look at every table the schema has."""
-    names = {t.name for t in _schema.metadata.sorted_tables}
+    """The raw-row checks above look at every table that holds a conversation's rows."""
+    keyed = {t.name for t in _schema.metadata.sorted_tables if "conversation_id" in t.c}
+    assert keyed == {t.name for t in _schema.CONVERSATION_TABLES}
+    names = {_schema.conversations.name, *keyed}
     assert names == {
         "histstore_conversations",
         "histstore_messages",

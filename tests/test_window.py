@@ -53,8 +53,8 @@ class SpyStore:
         self.reads.append(kwargs)
         return page
 
-    async def _read_system(self, conversation: str) -> list[Message]:
-        result: list[Message] = await self.store._read_system(conversation)
+    async def system_messages(self, conversation: str) -> list[Message]:
+        result: list[Message] = await self.store.system_messages(conversation)
         return result
 
 
@@ -306,7 +306,7 @@ class ListStore:
         self.fetched += len(rows)
         return list(rows)
 
-    async def _read_system(self, conversation: str) -> list[Message]:
+    async def system_messages(self, conversation: str) -> list[Message]:
         return [m for m in self.messages if m.role == "system"]
 
 

@@ -1,0 +1,71 @@
+"""What every part of a store shares: its executor, statements, owner and settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import ColumnElement, and_
+
+from . import _schema as s
+from ._engine import SqliteSettings
+from ._errors import NotFound
+from ._executor import Executor
+from ._models import Message
+from ._statements import Statements
+
+__all__ = ["Context", "Shared", "StoreSettings"]
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """Options given to ``connect()`` that shape every call of a store."""
+
+    count_tokens: Callable[[Message], int] | None = None
+    max_message_bytes: int = 16 * 1024 * 1024
+    max_batch: int = 10_000
+    sqlite: SqliteSettings | None = None
+
+
+@dataclass
+class Shared:
+    """What a store and its scoped views share: the executor and the statements
+    (compiled once per engine, not per view)."""
+
+    executor: Executor
+    _statements: dict[bool, Statements] = field(default_factory=dict)
+
+    def statements(self, scoped: bool) -> Statements:
+        """The statements of a whole store or (``scoped``) of a user's view."""
+        sql = self._statements.get(scoped)
+        if sql is None:
+            sql = self._statements[scoped] = Statements(self.executor.driver, scoped)
+        return sql
+
+
+class Context:
+    """A store's (or a view's) executor, statements, owner and settings."""
+
+    def __init__(self, shared: Shared, settings: StoreSettings, owner: str | None) -> None:
+        self.shared = shared
+        self.executor = shared.executor
+        self.sql = shared.statements(owner is not None)
+        self.owner = owner
+        self.settings = settings
+
+    def params(self, conversation: str, **more: Any) -> dict[str, Any]:
+        """Parameters for a statement naming ``conversation`` (and the view's owner)."""
+        return {"c": conversation, "owner": self.owner, **more}
+
+    def owned(self, conversation: str) -> ColumnElement[bool]:
+        """The condition that a conversation row is visible through this store (Core)."""
+        cond = s.conversations.c.id == conversation
+        if self.owner is not None:
+            cond = and_(cond, s.conversations.c.owner == self.owner)
+        return cond
+
+
+def not_found(conversation: str) -> NotFound:
+    """The error for a conversation that does not exist or that a view may not see."""
+    return NotFound(f"conversation {conversation!r} not found")

@@ -1,0 +1,362 @@
+"""The executor: the one way the store reaches its database.
+
+It owns the connections a store uses (taken from the engine's pool and kept between
+calls, see ``ConnectionCache``), runs statements and programs on them through the
+driver seam (``_drivers``), runs SQLAlchemy Core work for the reads that are not on the
+hot path, finishes every transaction it starts even when the caller is cancelled, and
+translates every database error (``_dberrors``). It also holds the store's lifecycle: a
+closed executor, or one called from an event loop other than its own, refuses work with
+a ``HistStoreError`` before touching a connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from contextlib import asynccontextmanager
+from time import monotonic
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import PoolProxiedConnection, QueuePool
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.util import greenlet_spawn
+
+from . import _dialects
+from ._dberrors import DATABASE_ERRORS, DatabaseFailure, failure
+from ._drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_dialect
+from ._engine import SETTINGS_OPTION, SETUP_KEY, SqliteSettings, is_memory_url, sqlite_setup
+from ._errors import HistStoreError
+
+__all__ = ["ConnectionCache", "Executor", "Transaction", "run_to_completion"]
+
+T = TypeVar("T")
+
+
+async def run_to_completion(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` in its own task; if the caller is cancelled, finish it first.
+
+    A transaction interrupted half way can leave a connection in an unknown state (the
+    pool then throws it away, and with it an in-memory database) or, on Postgres, a
+    session idle in transaction. So the work runs to its end (commit or rollback), and
+    only then does the caller see its ``CancelledError``.
+    """
+    task = asyncio.ensure_future(coro)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                continue  # cancelled again while waiting: keep waiting
+            except BaseException:  # noqa: BLE001 - its outcome is read below
+                break
+        if not task.cancelled():
+            task.exception()  # mark it retrieved; the cancellation wins
+        raise
+
+
+class ConnectionCache:
+    """Pooled connections kept checked out between calls, newest first.
+
+    Taking a connection from SQLAlchemy's pool and giving it back runs two greenlets and
+    costs about as much as a short query, so the executor keeps the connections it used,
+    up to ``limit``, and takes the newest. It keeps at most ``pool_size - 1`` (none for
+    an in-memory database, whose only connection SQLAlchemy-run work needs), so the pool
+    always has connections for the rest of the store. A connection idle for longer than
+    ``max_idle`` seconds goes back to the pool (which then applies pre-ping and
+    recycling); ``close()`` gives every one back.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, limit: int, max_idle: float = 10.0) -> None:
+        self._engine = engine
+        self._limit = limit
+        self._max_idle = max_idle
+        self._idle: list[tuple[float, PoolProxiedConnection]] = []
+        self._closed = False
+
+    @classmethod
+    def for_engine(cls, engine: AsyncEngine) -> ConnectionCache:
+        """A cache sized to leave ``engine``'s pool at least one connection."""
+        pool_ = engine.sync_engine.pool
+        size = pool_.size() if isinstance(pool_, QueuePool) else 0
+        return cls(engine, limit=max(0, min(_MAX_CACHED, size - 1)))
+
+    @property
+    def idle(self) -> int:
+        """How many connections the cache holds (checked out of the pool, unused)."""
+        return len(self._idle)
+
+    async def get(self) -> PoolProxiedConnection:
+        """The newest cached connection still fresh, else one from the pool."""
+        while self._idle:
+            since, raw = self._idle.pop()
+            if monotonic() - since <= self._max_idle:
+                return raw
+            await greenlet_spawn(raw.close)
+        return await self._engine.raw_connection()
+
+    async def put(self, raw: PoolProxiedConnection) -> None:
+        """Keep a healthy connection for the next call, or give it back to the pool."""
+        if self._closed or len(self._idle) >= self._limit:
+            await greenlet_spawn(raw.close)
+        else:
+            self._idle.append((monotonic(), raw))
+
+    async def close(self) -> None:
+        """Give every cached connection back to the pool; later ones go straight back."""
+        self._closed = True
+        while self._idle:
+            _since, raw = self._idle.pop()
+            await greenlet_spawn(raw.close)
+
+
+_MAX_CACHED = 16
+
+
+class Transaction:
+    """A write transaction that runs several programs, one after another (import)."""
+
+    def __init__(self, executor: Executor, conn: Any, action: str) -> None:
+        self._executor = executor
+        self._conn = conn
+        self._action = action
+        self._begun = False
+        self.phase = Phase()
+
+    async def run(self, program: Program[T], *, conversation: str | None = None) -> T:
+        """Run ``program`` inside the transaction (a ``Rollback`` value is an error here)."""
+        begin, self._begun = not self._begun, True
+        value = await self._executor.driver.run(
+            self._conn, program, self.phase, begin=begin, end=False
+        )
+        if isinstance(value, Rollback):
+            raise HistStoreError("a program asked to roll back a shared transaction")
+        return value
+
+    async def commit(self) -> None:
+        """Commit what the programs did (nothing to do when none ran)."""
+        if self._begun:
+            await self._executor.driver.finish(self._conn, False, self.phase)
+            self._begun = False
+
+
+class Executor:
+    """Runs a store's statements, programs and Core work on its engine (see module doc).
+
+    Shared by a store and its scoped views: closing it closes them all.
+    """
+
+    def __init__(self, engine: AsyncEngine, sqlite: SqliteSettings | None) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect
+        self.driver: Driver = for_dialect(engine.dialect)
+        self._sqlite = sqlite
+        self._cache = ConnectionCache.for_engine(engine)
+        self._in_memory = is_memory_url(engine.url)
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        with_settings: dict[str, Any] = {} if sqlite is None else {SETTINGS_OPTION: sqlite}
+        self._engines = {
+            mode: engine.execution_options(
+                **with_settings, **_dialects.mode_options(self.dialect, mode)
+            )
+            for mode in ("read", "snapshot", "write")
+        }
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
+
+    @property
+    def idle_connections(self) -> int:
+        """Connections kept for the next calls (checked out of the pool, unused)."""
+        return self._cache.idle
+
+    def check(self) -> None:
+        """Refuse work on a closed store, or from another event loop than the store's."""
+        if self._closed:
+            raise HistStoreError("the store is closed")
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise HistStoreError(
+                "the store was opened on another event loop; open one store per event loop"
+            )
+
+    async def close(self, *, dispose: bool) -> None:
+        """Give every kept connection back; with ``dispose`` close the engine too."""
+        if self._closed:
+            return
+        self.check()
+        self._closed = True
+        await self._cache.close()
+        if dispose:
+            await self.engine.dispose()
+
+    def compile(self, stmt: ClauseElement) -> CompiledStatement:
+        """Compile a Core statement for this store's driver."""
+        return self.driver.compile(stmt)
+
+    # ------------------------------------------------------------------ connections
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        """A driver connection from the cache or the pool, given back after.
+
+        A connection whose state is unknown after an error is invalidated (the pool
+        opens another) instead of being reused.
+        """
+        raw = await self._cache.get()
+        healthy = False
+        try:
+            conn = raw.driver_connection
+            assert conn is not None
+            if self._sqlite is not None and raw.info.get(SETUP_KEY) != self._sqlite:
+                for sql in sqlite_setup(self._sqlite):
+                    await self.driver.execute_sql(conn, sql)
+                raw.info[SETUP_KEY] = self._sqlite
+            try:
+                yield conn
+            except HistStoreError:
+                healthy = True  # raised by a program; its transaction has ended
+                raise
+            except Exception:
+                # A failed statement or a lost server: the transaction was rolled back if
+                # the connection still answers; else never give it back to the pool.
+                try:
+                    healthy = not self.driver.in_transaction(conn)
+                except Exception:  # noqa: BLE001 - any failure here means "drop it"
+                    healthy = False
+                if not healthy:
+                    await greenlet_spawn(raw.invalidate)
+                raise
+            except BaseException:
+                # Cancelled half way through a driver call: its state is unknown.
+                await greenlet_spawn(raw.invalidate)
+                raise
+            healthy = True
+        finally:
+            if healthy:
+                await self._cache.put(raw)
+            else:
+                await greenlet_spawn(raw.close)
+
+    # ------------------------------------------------------------------ running
+
+    async def fetch(
+        self,
+        stmt: CompiledStatement,
+        params: Mapping[str, Any],
+        *,
+        action: str,
+        conversation: str | None = None,
+    ) -> Sequence[Any]:
+        """Run one reading statement (atomic by itself: no transaction) and return its rows.
+
+        A cancelled read just loses its connection, except in memory, where that
+        connection is the database: there it runs to completion.
+        """
+        self.check()
+
+        async def run() -> Sequence[Any]:
+            try:
+                async with self._connection() as conn:
+                    return await self.driver.fetch(conn, stmt, params)
+            except DATABASE_ERRORS as exc:
+                raise failure(action, conversation, exc, "body") from exc
+
+        return await (run_to_completion(run()) if self._in_memory else run())
+
+    async def write(
+        self, program: Program[T], *, action: str, conversation: str | None = None
+    ) -> T:
+        """Run ``program`` as one write transaction, to its end even when cancelled.
+
+        Returns its value (committed, or rolled back for a ``Rollback``). A database
+        failure raises ``DatabaseFailure`` whose ``phase`` says whether the commit was
+        under way; what the program raises propagates after the rollback.
+        """
+        self.check()
+
+        async def run() -> T:
+            phase = Phase()
+            try:
+                async with self._connection() as conn:
+                    value = await self.driver.run(conn, program, phase, begin=True, end=True)
+            except DATABASE_ERRORS as exc:
+                raise failure(action, conversation, exc, phase.name) from exc
+            return value.value if isinstance(value, Rollback) else value
+
+        return await run_to_completion(run())
+
+    @asynccontextmanager
+    async def transaction(self, *, action: str) -> AsyncIterator[Transaction]:
+        """A write transaction for several programs; committed when the block ends
+        normally, rolled back when it raises. Not shielded from cancellation: the
+        connection of an interrupted transaction is dropped, never reused."""
+        self.check()
+        try:
+            async with self._connection() as conn:
+                tx = Transaction(self, conn, action)
+                try:
+                    yield tx
+                except BaseException:
+                    if tx._begun:
+                        try:
+                            if self.driver.in_transaction(conn):
+                                await self.driver.execute_sql(conn, "ROLLBACK")
+                        except Exception:  # noqa: BLE001 - the connection is dropped
+                            raise ConnectionError("rollback failed") from None
+                    raise
+                await tx.commit()
+        except DATABASE_ERRORS as exc:
+            raise failure(action, None, exc, "body") from exc
+
+    async def run(
+        self,
+        work: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        mode: _dialects.Mode,
+        action: str,
+        conversation: str | None = None,
+    ) -> T:
+        """Run SQLAlchemy Core ``work`` in one transaction of ``mode`` (see
+        ``_dialects.mode_options``), to its end even when cancelled."""
+        self.check()
+        engine = self._engines[mode]
+
+        async def transaction() -> T:
+            try:
+                async with engine.begin() as conn:
+                    return await work(conn)
+            except DatabaseFailure:
+                raise
+            except HistStoreError:
+                raise
+            except DATABASE_ERRORS as exc:
+                raise failure(action, conversation, exc, "body") from exc
+
+        return await run_to_completion(transaction())
+
+    @asynccontextmanager
+    async def session(self, mode: _dialects.Mode, *, action: str) -> AsyncIterator[AsyncConnection]:
+        """A SQLAlchemy connection in one transaction of ``mode`` for streaming reads
+        (export); the transaction ends with the block."""
+        self.check()
+        try:
+            async with self._engines[mode].connect() as conn, conn.begin():
+                yield conn
+        except HistStoreError:
+            raise
+        except DATABASE_ERRORS as exc:
+            raise failure(action, None, exc, "body") from exc

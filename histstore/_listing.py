@@ -1,0 +1,139 @@
+"""Finding conversations: filtered, ordered pages of ids, and purging idle ones."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+from sqlalchemy import ColumnElement, and_, exists, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from . import _codec, _rules
+from . import _schema as s
+from ._context import Context
+from ._drivers import FETCH, Program
+from ._history import delete_conversation
+from ._ids import validate_id
+
+__all__ = ["Listing", "Order"]
+
+Order = Literal["id", "created", "updated"]
+_conv = s.conversations
+PURGE_BATCH = 500
+
+
+class Listing:
+    """The listing calls of a store (see ``Store`` for their contracts)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    async def conversations(
+        self,
+        *,
+        user: str | None,
+        metadata: Mapping[str, Any] | None,
+        limit: int | None,
+        offset: int,
+        order: Order,
+        descending: bool,
+    ) -> list[str]:
+        if user is not None:
+            validate_id(user, what="user")
+        limit = _rules.argument(limit, "limit")
+        offset = _rules.argument(offset, "offset", allow_none=False) or 0
+        if order not in ("id", "created", "updated"):
+            raise ValueError("order must be 'id', 'created' or 'updated'")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise TypeError("metadata must be a mapping of keys to values")
+        owner = self._ctx.owner
+        if owner is not None:
+            if user is not None and user != owner:
+                self._ctx.executor.check()
+                return []
+            user = owner
+        stmt = select(_conv.c.id)
+        if user is not None:
+            stmt = stmt.where(_conv.c.owner == user)
+        id_key: ColumnElement[str] = _conv.c.id
+        if metadata:
+            conds, driver = metadata_filter(metadata)
+            if driver is not None:
+                # The first equality filter is a join, so the planner can start from the
+                # metadata index (key, digest, conversation_id) when it is selective;
+                # ordered by that index's id, a page by id needs no sort at all. (SQLite
+                # never turns a correlated EXISTS into a join.)
+                md0, on = driver
+                stmt = stmt.select_from(_conv.join(md0, on))
+                id_key = md0.c.conversation_id
+            stmt = stmt.where(*conds)
+        keys = {
+            "id": [id_key],
+            "created": [_conv.c.created_at, id_key],
+            "updated": [_conv.c.updated_at, id_key],
+        }[order]
+        stmt = stmt.order_by(*(k.desc() if descending else k.asc() for k in keys))
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        if offset:
+            stmt = stmt.offset(offset)
+
+        async def work(conn: AsyncConnection) -> list[str]:
+            return list((await conn.execute(stmt)).scalars())
+
+        return await self._ctx.executor.run(work, mode="read", action="list conversations")
+
+    async def purge(self, idle_for: timedelta) -> int:
+        if not isinstance(idle_for, timedelta):
+            raise TypeError("idle_for must be a timedelta")
+        if idle_for < timedelta(0):
+            raise ValueError("idle_for must not be negative")
+        ctx = self._ctx
+        cutoff = datetime.now(timezone.utc) - idle_for
+
+        # Locking the rows first means a conversation changed meanwhile is skipped
+        # whole (its lock makes the change wait, or the change makes it recent).
+        def program() -> Program[int]:
+            params = {"owner": ctx.owner, "cutoff": cutoff, "batch": PURGE_BATCH}
+            rows = yield FETCH, ctx.sql.pick_idle, params
+            for (cid,) in rows:
+                yield from delete_conversation(ctx, cid)
+            return len(rows)
+
+        total = 0
+        while True:
+            done = await ctx.executor.write(program(), action="purge")
+            total += done
+            if done < PURGE_BATCH:
+                return total
+
+
+def metadata_filter(
+    metadata: Mapping[str, Any],
+) -> tuple[list[ColumnElement[bool]], tuple[Any, ColumnElement[bool]] | None]:
+    """Conditions for a metadata filter, and the first equality as a join.
+
+    Returns ``(conditions, (alias, on_clause) | None)``.
+    """
+    md = s.metadata_entries
+    conds: list[ColumnElement[bool]] = []
+    driver: tuple[Any, ColumnElement[bool]] | None = None
+    for k, v in metadata.items():
+        key = _rules.metadata_key(k)
+        if v is None:
+            conds.append(~exists().where(md.c.conversation_id == _conv.c.id, md.c.key == key))
+            continue
+        _codec.encode(v, what="metadata value")
+        digest = _codec.canonical_digest(v)
+        if driver is None:
+            md0 = md.alias("m0")
+            on = and_(md0.c.conversation_id == _conv.c.id, md0.c.key == key, md0.c.digest == digest)
+            driver = (md0, on)
+            continue
+        conds.append(
+            exists().where(
+                md.c.key == key, md.c.digest == digest, md.c.conversation_id == _conv.c.id
+            )
+        )
+    return conds, driver

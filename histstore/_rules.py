@@ -1,0 +1,241 @@
+"""What the store accepts: every rule that decides whether a value is storable.
+
+Each rule lives here once and every way in (``write``, ``save``, the state calls,
+import and copy) applies it before anything is written, so a value is stored on every
+backend or refused on every backend with the same ``InvalidMessage`` (or ``InvalidId``),
+never by a database error half way through. Integers must fit their columns (positions
+and lengths 64-bit, token counts 32-bit), text columns take no NUL and no lone
+surrogate, times must be aware and representable in UTC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from . import _codec
+from ._errors import InvalidMessage
+from ._ids import validate_id
+from ._models import Message, Summary, as_message
+
+__all__ = [
+    "MAX_BIGINT",
+    "MAX_INT",
+    "Batch",
+    "argument",
+    "item",
+    "metadata_key",
+    "metadata_rows",
+    "position",
+    "prepare_batch",
+    "role_key",
+    "summary_row",
+    "time",
+    "token_count",
+]
+
+MAX_BIGINT = 2**63 - 1
+MAX_INT = 2**31 - 1
+MAX_KEY_LENGTH = 255
+
+
+def argument(value: object, name: str, *, allow_none: bool = True) -> int | None:
+    """A non-negative int argument of an API call (``limit``, ``start``, ``at`` ...).
+
+    Raises ``TypeError`` or ``ValueError``: these are the caller's mistakes, not data.
+    """
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int")
+    if value < 0:
+        raise ValueError(f"{name} must not be negative")
+    if value > MAX_BIGINT:
+        raise ValueError(f"{name} must be below 2**63")
+    return value
+
+
+def _int(value: object, what: str, top: int, top_text: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= top:
+        raise InvalidMessage(f"{what} must be an int from 0 to {top_text}")
+    return value
+
+
+def position(value: object, what: str = "position") -> int:
+    """A position or length: an int from 0 to 2**63-1."""
+    return _int(value, what, MAX_BIGINT, "2**63-1")
+
+
+def token_count(value: object, what: str = "token count") -> int | None:
+    """A token count: ``None`` or an int from 0 to 2**31-1."""
+    return None if value is None else _int(value, what, MAX_INT, "2**31-1")
+
+
+def time(value: object, what: str = "time") -> datetime:
+    """An aware ``datetime`` that has a UTC form (years 1 to 9999), in UTC."""
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidMessage(f"{what} must be an aware datetime")
+    try:
+        return value.astimezone(timezone.utc)
+    except (OverflowError, ValueError):
+        raise InvalidMessage(f"{what} has no UTC form within the years 1 to 9999") from None
+
+
+def role_key(role: str) -> str:
+    """What the ``role`` column holds for a message's role: the role itself, with NUL
+    (which text columns cannot hold) shown as U+FFFD. The column only serves the index
+    of system messages; the message's own JSON keeps the exact role."""
+    return role.replace("\x00", "\ufffd") if "\x00" in role else role
+
+
+def metadata_key(key: object) -> str:
+    """A metadata key's stored form; any string without lone surrogates is a key.
+
+    Raises ``InvalidMessage`` for a non-string, a lone surrogate, or a key whose stored
+    form is longer than 255 characters (the key column's size on every backend).
+    """
+    if not isinstance(key, str):
+        raise InvalidMessage(f"a metadata key must be a str, not {type(key).__name__}")
+    if "\x00" not in key:
+        _codec.check_text(key, what="a metadata key")
+    else:
+        _codec.check_text(key.replace("\x00", " "), what="a metadata key")
+    stored = _codec.key_to_stored(key)
+    if len(stored) > MAX_KEY_LENGTH:
+        raise InvalidMessage(f"a metadata key is longer than {MAX_KEY_LENGTH} characters")
+    return stored
+
+
+def metadata_rows(conversation: str, values: Mapping[Any, Any]) -> list[dict[str, Any]]:
+    """Rows of the metadata table for ``values`` (keys checked, values encoded)."""
+    rows = []
+    for k, v in values.items():
+        stored = metadata_key(k)
+        text, copy, _size = _codec.encode(v, what="metadata value")
+        rows.append(
+            {
+                "conversation_id": conversation,
+                "key": stored,
+                "value": text,
+                "digest": _codec.canonical_digest(copy),
+            }
+        )
+    return rows
+
+
+def summary_row(conversation: str, seq: int, summary: Summary) -> dict[str, Any]:
+    """A row of the summaries table (``Summary`` checks its own numbers)."""
+    text, _copy, _size = _codec.encode(summary.content, what="summary content")
+    created = None if summary.created_at is None else time(summary.created_at, "summary time")
+    return {
+        "conversation_id": conversation,
+        "seq": seq,
+        "start": summary.start,
+        "end": summary.end,
+        "content": text,
+        "token_count": summary.token_count,
+        "created_at": created,
+    }
+
+
+def item(value: Any) -> tuple[str | None, bytes | None]:
+    """A list item's stored form: ``(json_text, None)``, or ``(None, blob)`` for bytes."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return None, bytes(value)
+    text, _copy, _size = _codec.encode(value, what="list item")
+    return text, None
+
+
+@dataclass
+class Batch:
+    """A validated batch of messages, ready to be stored.
+
+    ``times`` are the messages' own creation times (import and ``save`` keep them) or
+    ``None`` where the store's clock decides.
+    """
+
+    messages: list[Message]
+    tokens: list[int | None]
+    digest: str
+    times: list[datetime | None] | None = None
+
+    def rows(
+        self, conversation: str, first: int, now: datetime, skip: int = 0
+    ) -> list[dict[str, Any]]:
+        """Message rows for ``messages[skip:]``, placed from position ``first`` on."""
+        times = self.times
+        return [
+            {
+                "conversation_id": conversation,
+                "position": first + i,
+                "role": role_key(m.role),
+                "data": m._text,
+                "token_count": self.tokens[skip + i],
+                "created_at": (times[skip + i] if times is not None else None) or now,
+            }
+            for i, m in enumerate(self.messages[skip:])
+        ]
+
+
+def prepare_batch(
+    conversation: str,
+    items: Sequence[object],
+    *,
+    max_message_bytes: int,
+    count_tokens: Callable[[Message], int] | None,
+    tokens: Sequence[object] | None = None,
+    times: Sequence[object] | None = None,
+) -> Batch:
+    """Validate messages (dicts or ``Message`` values) into a ``Batch``.
+
+    ``tokens`` and ``times`` carry stored counts and creation times (import); without
+    them ``count_tokens`` (when given) counts, and the store's clock dates.
+
+    Raises:
+        InvalidMessage: a message is not storable or over ``max_message_bytes``, a
+            count or time is out of range. The message names the conversation and the
+            message's index in the batch, never its content.
+    """
+    messages: list[Message] = []
+    for i, m in enumerate(items):
+        try:
+            message = as_message(m)
+        except InvalidMessage as exc:
+            raise InvalidMessage(
+                f"message {i} of the batch for conversation {conversation!r}: {exc}"
+            ) from None
+        if message.size > max_message_bytes:
+            raise InvalidMessage(
+                f"message {i} of the batch for conversation {conversation!r} has"
+                f" {message.size} bytes of JSON, over the limit of {max_message_bytes}"
+            )
+        messages.append(message)
+    counts: list[int | None]
+    if tokens is not None:
+        counts = [token_count(t, f"token count of message {i}") for i, t in enumerate(tokens)]
+    elif count_tokens is not None:
+        counts = [token_count(count_tokens(m), "count_tokens' result") for m in messages]
+    else:
+        counts = [None] * len(messages)
+    stamps = None
+    if times is not None:
+        stamps = [
+            None if t is None else time(t, f"time of message {i}") for i, t in enumerate(times)
+        ]
+    return Batch(messages, counts, _codec.digest(m._text for m in messages), stamps)
+
+
+def check_batch_size(conversation: str, n: int, max_batch: int) -> None:
+    """A write takes at most ``max_batch`` messages."""
+    if n > max_batch:
+        raise InvalidMessage(
+            f"a batch of {n} messages for conversation {conversation!r} is over"
+            f" the limit of {max_batch}"
+        )
+
+
+def ids(values: Iterable[object], what: str) -> list[str]:
+    """Validate several ids at once (``InvalidId`` for the first bad one)."""
+    return [validate_id(v, what=what) for v in values]
