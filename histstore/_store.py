@@ -55,7 +55,7 @@ class Store:
             shared = Shared(Executor(engine, settings.sqlite))
         self._shared = shared
         self._executor = shared.executor
-        ctx = Context(shared, settings, owner)
+        ctx = self._ctx = Context(shared, settings, owner)
         self._history = History(ctx)
         self._state = State(ctx)
         self._lists = Lists(ctx)
