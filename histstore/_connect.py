@@ -114,7 +114,7 @@ def connect(
         "max_message_bytes": max_message_bytes,
         "max_batch": max_batch,
     }
-    return _Connecting(target, migrate, options)
+    return _Connecting(resolve_target(target), migrate, options)
 
 
 async def _open(

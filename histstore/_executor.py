@@ -73,8 +73,10 @@ class ConnectionCache:
         self._engine = engine
         self._limit = limit
         self._max_idle = max_idle
-        self._idle: list[tuple[float, PoolProxiedConnection]] = []
+        self._idle: list[tuple[float, PoolProxiedConnection]] = []  # oldest first
         self._closed = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     @classmethod
     def for_engine(cls, engine: AsyncEngine) -> ConnectionCache:
@@ -101,12 +103,41 @@ class ConnectionCache:
         """Keep a healthy connection for the next call, or give it back to the pool."""
         if self._closed or len(self._idle) >= self._limit:
             await greenlet_spawn(raw.close)
-        else:
-            self._idle.append((monotonic(), raw))
+            return
+        self._idle.append((monotonic(), raw))
+        if self._timer is None and self._sweeper is None:
+            self._schedule(self._max_idle)
+
+    def _schedule(self, delay: float) -> None:
+        """Sweep idle connections back to the pool in ``delay`` seconds, even when no
+        further call comes (a burst must not leave sessions open on the server)."""
+        self._timer = asyncio.get_running_loop().call_later(delay, self._start_sweep)
+
+    def _start_sweep(self) -> None:
+        self._timer = None
+        if not self._closed:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        try:
+            now = monotonic()
+            while self._idle and now - self._idle[0][0] > self._max_idle:
+                _since, raw = self._idle.pop(0)
+                await greenlet_spawn(raw.close)
+        finally:
+            self._sweeper = None
+        if self._idle and not self._closed:
+            self._schedule(max(0.0, self._idle[0][0] + self._max_idle - monotonic()) + 0.01)
 
     async def close(self) -> None:
         """Give every cached connection back to the pool; later ones go straight back."""
         self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            await asyncio.gather(sweeper, return_exceptions=True)
         while self._idle:
             _since, raw = self._idle.pop()
             await greenlet_spawn(raw.close)

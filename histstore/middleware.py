@@ -14,7 +14,7 @@ import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
-from ._errors import CommitError, ConflictError, InvalidMessage, WriteError
+from ._errors import CommitError, ConflictError, HistStoreError, InvalidMessage
 from ._ids import validate_id
 from ._models import Message, MessageLike, WriteOutcome, as_message
 
@@ -69,12 +69,15 @@ class HistoryChat:
         key = uuid.uuid4().hex
         try:
             await self.store.write(conversation, batch, at=at, idempotency_key=key)
-        except (ConflictError, WriteError) as exc:
-            outcome = exc.outcome or WriteOutcome(0, False, None)
+        except Exception as exc:  # noqa: BLE001 - every failure of the write is a CommitError
+            if isinstance(exc, HistStoreError):
+                outcome = exc.outcome or WriteOutcome(0, False, None)
+            else:  # not histstore's: nothing is known of what it stored
+                outcome = WriteOutcome(0, True, None)
             why = (
                 "another writer appended to it first"
                 if isinstance(exc, ConflictError)
-                else "the write failed"
+                else f"the write failed ({type(exc).__name__})"
             )
             raise CommitError(
                 f"the reply for conversation {conversation!r} was not stored at {at}: {why};"
@@ -97,7 +100,7 @@ class HistoryChat:
             InvalidMessage: a new message or a reply message cannot be stored; nothing
                 is written (a bad reply is found before the write).
             CommitError: the batch could not be stored (see the class docs of
-                ``CommitError``); its cause is the ``ConflictError`` or ``WriteError``.
+                ``CommitError``); its cause is whatever made the write fail.
         """
         if self.model is None:
             raise TypeError("this with_history() wrapper has no model; use stream()")

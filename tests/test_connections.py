@@ -126,3 +126,17 @@ async def test_cache_keeps_up_to_its_limit_and_returns_stale_connections(
     d = await cache.get()
     await cache.put(d)  # after close nothing is kept
     assert (cache.idle, pool.checkedout()) == (0, 0)
+
+
+async def test_idle_connections_go_back_without_a_further_call(borrowed: AsyncEngine) -> None:
+    """A burst leaves connections kept for the next calls; they go back to the pool once
+    idle, even when no call comes to notice."""
+    async with histstore.connect(borrowed) as store:
+        store._executor._cache._max_idle = 0.1
+        c = new_id()
+        await asyncio.gather(*(store.read(c) for _ in range(4)), store.write(c, user_msgs(1)))
+        assert store._executor.idle_connections >= 1
+        await asyncio.sleep(0.5)
+        assert store._executor.idle_connections == 0
+        assert borrowed.pool.checkedout() == 0  # type: ignore[attr-defined]
+        assert await store.count(c) == 1  # and the store goes on

@@ -4,6 +4,10 @@
   OpenAI Agents SDK (``pip install 'histstore[openai-agents]'``).
 - ``histstore.integrations.langchain.HiststoreChatMessageHistory``: a LangChain
   ``BaseChatMessageHistory`` (``pip install 'histstore[langchain]'``).
+- ``histstore.integrations.adk.HiststoreSessionService``: a Google ADK
+  ``BaseSessionService`` (``pip install 'histstore[adk]'``).
+- ``histstore.integrations.pydantic_ai.HiststoreMessageHistory``: a Pydantic AI
+  message history (``pip install 'histstore[pydantic-ai]'``).
 
 Each adapter takes a ``Store`` (borrowed: the adapter never closes it) or anything
 ``histstore.connect()`` accepts (owned: opened on first use and released by the
@@ -19,10 +23,7 @@ import os
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .._connect import connect
-from .._engine import resolve_target
-from .._errors import HistStoreError
-from .._store import Store
+from histstore import HistStoreError, Store, connect
 
 __all__ = ["StoreTarget"]
 
@@ -65,7 +66,7 @@ class _StoreHandle:
                     "store must be a histstore.Store, a file path, a database URL or an"
                     f" AsyncEngine, not {type(store).__name__}"
                 )
-            resolve_target(store)  # a malformed URL fails here, not on first use
+            connect(store)  # a malformed URL fails here, not on first use (nothing opens)
             self._target = store
             self.owned = True
 

@@ -32,9 +32,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._errors import HistStoreError, InvalidMessage
-from .._ids import validate_id
-from .._models import Message
+from histstore import HistStoreError, InvalidMessage, Message, validate_id
+
 from . import StoreTarget, _missing_framework, _StoreHandle
 
 try:
@@ -49,7 +48,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
     raise _missing_framework("langchain", "langchain", _exc) from _exc
 
 if TYPE_CHECKING:
-    from .._store import Store
+    from histstore import Store
 
 __all__ = ["HiststoreChatMessageHistory", "from_stored", "to_stored"]
 

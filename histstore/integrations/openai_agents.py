@@ -21,9 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from .._ids import validate_id
-from .._models import Message
-from .._store import Store
+from histstore import Message, Store, validate_id
+
 from . import StoreTarget, _missing_framework, _StoreHandle
 
 try:
