@@ -1,0 +1,537 @@
+"""A Google ADK session service that keeps its sessions in a histstore store.
+
+::
+
+    from google.adk.runners import Runner
+    from histstore.integrations.adk import HiststoreSessionService
+
+    async with HiststoreSessionService("chat.db") as sessions:
+        runner = Runner(agent=agent, app_name="app", session_service=sessions)
+
+Layout (every piece is an ordinary histstore conversation, readable with ``Store``):
+
+- A session is the conversation ``adk-session/<app>/<user>/<session>`` (each part
+  percent-encoded; a hash when the id would pass 255 characters). Each event is one
+  message ``{"type": "adk_event", "event": <the event's JSON>}`` at the position it was
+  appended at. The conversation's metadata holds ``adk:kind`` (``"session"``),
+  ``adk:app``, ``adk:user``, ``adk:session``, ``adk:updated`` (the session's
+  ``last_update_time``) and one key per session state key.
+- App state lives in the metadata of ``adk-app/<app>``, user state in that of
+  ``adk-user/<app>/<user>``, one metadata key per state key, so concurrent updates of
+  different keys, from any number of tasks, processes or sessions, never lose one.
+  ``temp:`` keys are never stored.
+
+Reading a session with ``GetSessionConfig(num_recent_events=n)`` reads only the newest
+``n`` events; ``after_timestamp`` walks back from the newest event a page at a time
+and stops at the first older one (ADK's in-memory rule), so its cost follows what it
+returns, not the session's length.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import string
+import weakref
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+from histstore import ConflictError, InvalidMessage, Message, NotFound, Store
+
+from . import StoreTarget, _missing_framework, _StoreHandle
+
+try:
+    from google.adk.errors import StaleSessionError
+    from google.adk.errors.already_exists_error import AlreadyExistsError
+    from google.adk.errors.session_not_found_error import SessionNotFoundError
+    from google.adk.events import Event
+    from google.adk.platform import time as adk_time
+    from google.adk.platform import uuid as adk_uuid
+    from google.adk.sessions import BaseSessionService, Session, State
+    from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
+    from pydantic_core import PydanticSerializationError, to_jsonable_python
+    from typing_extensions import override
+except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
+    raise _missing_framework("adk", "adk", _exc) from _exc
+
+__all__ = ["HiststoreSessionService"]
+
+EVENT_TYPE = "adk_event"
+"""The ``type`` of the message that holds one ADK event."""
+
+_KIND, _APP, _USER, _SESSION, _UPDATED = (
+    "adk:kind",
+    "adk:app",
+    "adk:user",
+    "adk:session",
+    "adk:updated",
+)
+_CREATED_LIST = "adk:created"
+_MARKER = "histstore:"
+_FIRST_PAGE, _MAX_PAGE = 32, 1024
+# State keys are kept readable where they can be: everything printable but "%" and
+# the space stays as it is; the rest is percent-encoded (UTF-8), so the metadata key
+# never has the control characters or edge whitespace that histstore's key rules forbid.
+_KEY_SAFE = "".join(c for c in string.punctuation if c != "%")
+_ID_LIMIT = 255
+
+
+def _conversation_id(kind: str, *parts: str) -> str:
+    """The conversation id of one ADK record: readable when it fits, else a hash."""
+    try:
+        readable = "/".join([kind, *(quote(p, safe="") for p in parts)])
+    except UnicodeEncodeError:  # a lone surrogate: only the hash can hold it
+        readable = ""
+    if readable and len(readable) <= _ID_LIMIT:
+        return readable
+    digest = hashlib.sha256(json.dumps([kind, *parts]).encode("ascii")).hexdigest()
+    return f"{kind}#{digest}"
+
+
+def _session_conversation(app_name: str, user_id: str, session_id: str) -> str:
+    return _conversation_id("adk-session", app_name, user_id, session_id)
+
+
+def _app_conversation(app_name: str) -> str:
+    return _conversation_id("adk-app", app_name)
+
+
+def _user_conversation(app_name: str, user_id: str) -> str:
+    return _conversation_id("adk-user", app_name, user_id)
+
+
+def _state_metadata_key(key: str) -> str:
+    try:
+        readable = "state:" + quote(key, safe=_KEY_SAFE)
+    except UnicodeEncodeError:
+        readable = ""
+    if readable and len(readable) <= _ID_LIMIT:
+        return readable
+    return "state#" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _json_safe(values: Mapping[str, Any]) -> dict[str, Any]:
+    """State values as JSON data (as ADK's database service stores them), else InvalidMessage."""
+    try:
+        safe: dict[str, Any] = to_jsonable_python(dict(values))
+        json.dumps(safe, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (PydanticSerializationError, TypeError, ValueError) as exc:
+        raise InvalidMessage("an ADK state value cannot be stored as JSON") from exc
+    return safe
+
+
+def _split_state(state: Mapping[str, Any] | None) -> tuple[dict[str, Any], ...]:
+    """``(app, user, session)`` state from ADK's prefixed keys; ``temp:`` keys are dropped."""
+    app: dict[str, Any] = {}
+    user: dict[str, Any] = {}
+    session: dict[str, Any] = {}
+    for key, value in (state or {}).items():
+        if key.startswith(State.APP_PREFIX):
+            app[key.removeprefix(State.APP_PREFIX)] = value
+        elif key.startswith(State.USER_PREFIX):
+            user[key.removeprefix(State.USER_PREFIX)] = value
+        elif not key.startswith(State.TEMP_PREFIX):
+            session[key] = value
+    return _json_safe(app), _json_safe(user), _json_safe(session)
+
+
+def _state_metadata(state: Mapping[str, Any]) -> dict[str, Any]:
+    # Each value is stored as [key, value]: the original key survives any encoding, and a
+    # None value (which merge_metadata reads as "remove") stays a value.
+    return {_state_metadata_key(k): [k, v] for k, v in state.items()}
+
+
+def _state_from_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        pair[0]: pair[1] for key, pair in metadata.items() if key.startswith(("state:", "state#"))
+    }
+
+
+def _merged_state(
+    session: Mapping[str, Any], app: Mapping[str, Any], user: Mapping[str, Any]
+) -> dict[str, Any]:
+    merged = dict(session)
+    merged.update({State.APP_PREFIX + k: v for k, v in app.items()})
+    merged.update({State.USER_PREFIX + k: v for k, v in user.items()})
+    return merged
+
+
+def _event_record(event: Event) -> dict[str, Any]:
+    """The histstore message (as a dict) that stores one event."""
+    return {"type": EVENT_TYPE, "event": event.model_dump(mode="json", exclude_none=True)}
+
+
+def _event_data(message: Message) -> dict[str, Any]:
+    data = message.to_dict()
+    if data.get("type") != EVENT_TYPE or not isinstance(data.get("event"), dict):
+        raise InvalidMessage(
+            f"message {message.position} of an ADK session is not an ADK event record"
+        )
+    event: dict[str, Any] = data["event"]
+    return event
+
+
+def _to_event(message: Message) -> Event:
+    return Event.model_validate(_event_data(message))
+
+
+def _marker_position(session: Session) -> int | None:
+    """The stored length a session value reflects, when this service loaded it."""
+    marker = session._storage_update_marker
+    if marker is None or not marker.startswith(_MARKER):
+        return None
+    try:
+        return int(marker.removeprefix(_MARKER))
+    except ValueError:
+        return None
+
+
+def _set_marker(session: Session, length: int) -> None:
+    session._storage_update_marker = f"{_MARKER}{length}"
+
+
+class HiststoreSessionService(BaseSessionService):
+    """An ADK ``BaseSessionService`` whose sessions, events and state live in histstore.
+
+    Args:
+        store: a ``Store`` (borrowed, never closed here) or anything
+            ``histstore.connect()`` takes (owned: opened on first use, on that event
+            loop, and released by ``close()`` or ``async with``).
+
+    Semantics follow ADK's ``InMemorySessionService`` call for call (session ids are
+    stripped, an equal event delivered twice is stored once, sessions are listed oldest
+    update first), with the stale-writer check of ADK's persistent services:
+    ``append_event`` on a session value that no longer reflects the stored session
+    (another writer appended since it was loaded) raises ``StaleSessionError`` and stores
+    nothing. Appends to one session from this service are serialized, so tasks sharing
+    a session value never trip that check.
+
+    State values are stored as JSON (``pydantic_core.to_jsonable_python``, as ADK's
+    database service does); a value with no JSON form raises ``InvalidMessage`` before
+    anything is written. An event is stored in one transaction and its state delta is
+    merged right after (session, app and user state are separate conversations), so a
+    process that dies between the two leaves the event stored and its delta unapplied.
+
+    Raises:
+        TypeError, ValueError: ``store`` is not a store or a valid target.
+    """
+
+    def __init__(self, store: StoreTarget) -> None:
+        self._handle = _StoreHandle(store)
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    async def _store(self) -> Store:
+        return await self._handle.get()
+
+    # ------------------------------------------------------------------ sessions
+
+    @override
+    async def create_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        state: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        """Create a session; ``app:`` and ``user:`` keys of ``state`` go to app and user state.
+
+        Raises:
+            AlreadyExistsError: a session with this id exists.
+            InvalidMessage: a state value has no JSON form.
+        """
+        store = await self._store()
+        session_id = (session_id.strip() if session_id else None) or adk_uuid.new_uuid()
+        app_state, user_state, session_state = _split_state(state)
+        conversation = _session_conversation(app_name, user_id, session_id)
+        now = adk_time.get_time()
+        # The first append to this list claims the id: list_append is atomic and returns
+        # the new length, so of two racing creators exactly one sees 1.
+        if await store.list_append(conversation, _CREATED_LIST, [now]) != 1:
+            raise AlreadyExistsError(f"Session with id {session_id} already exists.")
+        await self._merge_scoped(store, app_name, user_id, app_state, user_state)
+        await store.merge_metadata(
+            conversation,
+            {
+                _KIND: "session",
+                _APP: app_name,
+                _USER: user_id,
+                _SESSION: session_id,
+                _UPDATED: now,
+                **_state_metadata(session_state),
+            },
+        )
+        app_now, user_now = await self._scoped_state(store, app_name, user_id)
+        session = Session(
+            app_name=app_name,
+            user_id=user_id,
+            id=session_id,
+            state=_merged_state(session_state, app_now, user_now),
+            last_update_time=now,
+        )
+        _set_marker(session, 0)
+        return session
+
+    @override
+    async def get_session(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        session_id: str,
+        config: GetSessionConfig | None = None,
+    ) -> Session | None:
+        """The session with the events ``config`` selects (all by default); ``None`` if unknown.
+
+        ``num_recent_events=n`` keeps the newest ``n``; ``after_timestamp=t`` then keeps
+        the newest events up to (not including) the newest one older than ``t``.
+        """
+        store = await self._store()
+        session_id = session_id.strip() if session_id else session_id
+        conversation = _session_conversation(app_name, user_id, session_id)
+        # The length first, then the state: a delta merged in between belongs to an event
+        # past the length, and then the next append fails the stale check, as it should.
+        length = await store.count(conversation)
+        try:
+            metadata = await store.metadata(conversation)
+        except NotFound:
+            return None
+        if metadata.get(_KIND) != "session":
+            return None
+        events = await self._read_events(store, conversation, length, config)
+        app_state, user_state = await self._scoped_state(store, app_name, user_id)
+        session = Session(
+            app_name=app_name,
+            user_id=user_id,
+            id=session_id,
+            state=_merged_state(_state_from_metadata(metadata), app_state, user_state),
+            events=events,
+            last_update_time=metadata[_UPDATED],
+        )
+        _set_marker(session, length)
+        return session
+
+    async def _read_events(
+        self, store: Store, conversation: str, length: int, config: GetSessionConfig | None
+    ) -> list[Event]:
+        recent = config.num_recent_events if config else None
+        after = config.after_timestamp if config else None
+        if recent == 0 or length == 0:
+            return []
+        if after is None:
+            return [_to_event(m) for m in await store.read(conversation, stop=length, limit=recent)]
+        lowest = 0 if recent is None else max(0, length - recent)
+        kept: list[Message] = []
+        stop, page = length, _FIRST_PAGE
+        while stop > lowest:
+            start = max(lowest, stop - page)
+            chunk = await store.read(conversation, start=start, stop=stop)
+            for message in reversed(chunk):
+                if _event_data(message)["timestamp"] < after:
+                    return [_to_event(m) for m in reversed(kept)]
+                kept.append(message)
+            stop, page = start, min(page * 2, _MAX_PAGE)
+        return [_to_event(m) for m in reversed(kept)]
+
+    @override
+    async def list_sessions(
+        self, *, app_name: str, user_id: str | None = None
+    ) -> ListSessionsResponse:
+        """Every session of the app (of one user when given), without events.
+
+        Ordered as ADK orders them: by ``last_update_time``, then user id, then session
+        id. The installed ADK defines no paging for this call, so all are returned.
+        """
+        store = await self._store()
+        wanted: dict[str, Any] = {_KIND: "session", _APP: app_name}
+        if user_id is not None:
+            wanted[_USER] = user_id
+        ids = await store.conversations(metadata=wanted)
+        found = await asyncio.gather(*(self._metadata_or_none(store, c) for c in ids))
+        metadatas = [m for m in found if m is not None]
+        users = sorted({m[_USER] for m in metadatas})
+        app_state = await self._state_of(store, _app_conversation(app_name))
+        user_states = await asyncio.gather(
+            *(self._state_of(store, _user_conversation(app_name, u)) for u in users)
+        )
+        by_user = dict(zip(users, user_states, strict=True))
+        sessions = [
+            Session(
+                app_name=app_name,
+                user_id=m[_USER],
+                id=m[_SESSION],
+                state=_merged_state(_state_from_metadata(m), app_state, by_user[m[_USER]]),
+                last_update_time=m[_UPDATED],
+            )
+            for m in metadatas
+        ]
+        sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
+        return ListSessionsResponse(sessions=sessions)
+
+    @override
+    async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
+        """Delete a session and its events (app and user state stay). Idempotent."""
+        store = await self._store()
+        session_id = session_id.strip() if session_id else session_id
+        await store.clear(_session_conversation(app_name, user_id, session_id))
+
+    @override
+    async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
+        """The user's state, keys without the ``user:`` prefix; ``{}`` when there is none."""
+        store = await self._store()
+        return await self._state_of(store, _user_conversation(app_name, user_id))
+
+    # ------------------------------------------------------------------ events
+
+    @override
+    async def append_event(self, session: Session, event: Event) -> Event:
+        """Store a (non-partial) event and its state delta, and add both to ``session``.
+
+        Raises:
+            SessionNotFoundError: the session is not stored.
+            StaleSessionError: another writer appended since ``session`` was loaded.
+            InvalidMessage: the event or a state value has no JSON form.
+        """
+        if event.partial:
+            return event
+        store = await self._store()
+        conversation = _session_conversation(session.app_name, session.user_id, session.id)
+        lock = self._locks.get(conversation)
+        if lock is None:
+            lock = self._locks[conversation] = asyncio.Lock()
+        async with lock:
+            return await self._append(store, conversation, session, event)
+
+    async def _append(
+        self, store: Store, conversation: str, session: Session, event: Event
+    ) -> Event:
+        if not await store.exists(conversation):
+            raise SessionNotFoundError(f"Session {session.id} not found.")
+        self._apply_temp_state(session, event)
+        event = self._trim_temp_delta_state(event)
+        app_delta, user_delta, session_delta = _split_state(event.actions.state_delta)
+        try:
+            record = _event_record(event)
+        except (PydanticSerializationError, TypeError, ValueError) as exc:
+            raise InvalidMessage("an ADK event cannot be stored as JSON") from exc
+        canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        key = "adk-event:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
+        at = _marker_position(session)
+        if at is None:
+            at = await self._unmarked_position(store, conversation, session)
+        try:
+            # The idempotency key is the event's content: an equal event delivered again is
+            # confirmed, not stored twice (as InMemorySessionService does). `at` is the
+            # optimistic check that nobody appended since the session value was loaded.
+            outcome = await store.write(conversation, [record], at=at, idempotency_key=key)
+        except ConflictError as exc:
+            if not await store.exists(conversation):
+                raise SessionNotFoundError(f"Session {session.id} not found.") from exc
+            raise StaleSessionError(
+                "The session has been modified in storage since it was loaded."
+                " Please reload the session before appending more events."
+            ) from exc
+        if outcome.length == at:  # an equal event was already stored: nothing changes
+            return event
+        await store.merge_metadata(
+            conversation, {_UPDATED: event.timestamp, **_state_metadata(session_delta)}
+        )
+        await self._merge_scoped(store, session.app_name, session.user_id, app_delta, user_delta)
+        session.last_update_time = event.timestamp
+        _set_marker(session, at + 1)
+        return self._commit_event_to_session(session, event)
+
+    async def _unmarked_position(self, store: Store, conversation: str, session: Session) -> int:
+        """Where to append for a session value this service did not load (e.g. a listed one).
+
+        As ADK's database service does for such values: stale when the stored session moved
+        past ``session.last_update_time`` and its newest event is not the value's newest.
+        """
+        newest = await store.read(conversation, limit=1)
+        if not newest:
+            return 0
+        data = _event_data(newest[0])
+        if data["timestamp"] > session.last_update_time and not (
+            session.events and session.events[-1].id == data.get("id")
+        ):
+            raise StaleSessionError(
+                "The session has been modified in storage since it was loaded."
+                " Please reload the session before appending more events."
+            )
+        position = newest[0].position
+        assert position is not None
+        return position + 1
+
+    # ------------------------------------------------------------------ app and user state
+
+    async def _merge_scoped(
+        self,
+        store: Store,
+        app_name: str,
+        user_id: str,
+        app_delta: Mapping[str, Any],
+        user_delta: Mapping[str, Any],
+    ) -> None:
+        writes = []
+        if app_delta:
+            writes.append(
+                store.merge_metadata(
+                    _app_conversation(app_name),
+                    {_KIND: "app-state", _APP: app_name, **_state_metadata(app_delta)},
+                )
+            )
+        if user_delta:
+            writes.append(
+                store.merge_metadata(
+                    _user_conversation(app_name, user_id),
+                    {
+                        _KIND: "user-state",
+                        _APP: app_name,
+                        _USER: user_id,
+                        **_state_metadata(user_delta),
+                    },
+                )
+            )
+        await asyncio.gather(*writes)
+
+    async def _scoped_state(
+        self, store: Store, app_name: str, user_id: str
+    ) -> Sequence[dict[str, Any]]:
+        return await asyncio.gather(
+            self._state_of(store, _app_conversation(app_name)),
+            self._state_of(store, _user_conversation(app_name, user_id)),
+        )
+
+    @staticmethod
+    async def _state_of(store: Store, conversation: str) -> dict[str, Any]:
+        try:
+            return _state_from_metadata(await store.metadata(conversation))
+        except NotFound:
+            return {}
+
+    @staticmethod
+    async def _metadata_or_none(store: Store, conversation: str) -> dict[str, Any] | None:
+        try:
+            return await store.metadata(conversation)
+        except NotFound:  # deleted since it was listed
+            return None
+
+    # ------------------------------------------------------------------ lifetime
+
+    async def close(self) -> None:
+        """Release an owned store (a borrowed one stays open). Idempotent."""
+        await self._handle.close()
+
+    async def __aenter__(self) -> HiststoreSessionService:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

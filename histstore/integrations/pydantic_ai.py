@@ -1,0 +1,194 @@
+"""A Pydantic AI message history kept in a histstore conversation.
+
+::
+
+    from pydantic_ai import Agent
+    from histstore.integrations.pydantic_ai import HiststoreMessageHistory
+
+    async with HiststoreMessageHistory("chat-42", "chat.db") as history:
+        result = await agent.run("Hi", message_history=await history.messages())
+        await history.add(result.new_messages())
+
+Each ``ModelMessage`` (a ``ModelRequest`` or ``ModelResponse``) is stored as one
+histstore message ``{"type": "pydantic_ai", "message": <its JSON form>}``: exactly the
+JSON Pydantic AI's ``ModelMessagesTypeAdapter.dump_json`` writes (bytes as base64), read
+back with its ``validate_json``, so a history reads back as Pydantic AI's own JSON round
+trip gives it (equal to what was added, for messages as agents produce them).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Final
+
+from histstore import InvalidMessage, Message, Store, WindowTooSmall, validate_id
+
+from . import StoreTarget, _missing_framework, _StoreHandle
+
+try:
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelMessagesTypeAdapter,
+        ModelRequest,
+        ModelResponse,
+    )
+    from pydantic_core import PydanticSerializationError
+except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
+    raise _missing_framework("pydantic_ai", "pydantic-ai", _exc) from _exc
+
+__all__ = ["HiststoreMessageHistory"]
+
+MESSAGE_TYPE: Final = "pydantic_ai"
+"""The ``type`` of the histstore message that holds one ``ModelMessage``."""
+
+# Request parts that answer an earlier response (a tool result, a retried call, feedback
+# on unusable output; "retry-prompt" is the deprecated form of the last two): a window
+# must not start at a request holding one, or the model would see an answer to nothing.
+_ANSWERS = frozenset({"tool-return", "retry-prompt", "retry-feedback"})
+
+
+class _Default:
+    """The ``limit`` meaning "the history's own default"."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT"
+
+
+_DEFAULT: Final = _Default()
+
+
+def _payload(message: Message) -> dict[str, Any]:
+    data = message.to_dict()
+    if data.get("type") != MESSAGE_TYPE or not isinstance(data.get("message"), dict):
+        raise InvalidMessage(
+            f"message {message.position} of the conversation is not a Pydantic AI message"
+        )
+    payload: dict[str, Any] = data["message"]
+    return payload
+
+
+def _starts_clean(message: Message) -> bool:
+    """Whether a window may start here: a request that answers nothing earlier."""
+    payload = _payload(message)
+    parts = payload.get("parts") or []
+    return payload.get("kind") == "request" and not any(
+        isinstance(p, dict) and p.get("part_kind") in _ANSWERS for p in parts
+    )
+
+
+class HiststoreMessageHistory:
+    """A Pydantic AI message history (a list of ``ModelMessage``) in one conversation.
+
+    Args:
+        conversation_id: the conversation id (histstore's id rules apply).
+        store: a ``Store`` (borrowed, never closed here) or anything
+            ``histstore.connect()`` takes (owned: opened on first use, on that event
+            loop, and released by ``close()`` or ``async with``).
+        limit: the default for ``messages(limit=...)``; ``None`` (the default) returns
+            the whole history.
+
+    Raises:
+        InvalidId: ``conversation_id`` breaks the id rules.
+        TypeError, ValueError: ``store`` is not a store or a valid target; a negative
+            ``limit``.
+    """
+
+    conversation_id: str
+
+    def __init__(
+        self, conversation_id: str, store: StoreTarget, *, limit: int | None = None
+    ) -> None:
+        self.conversation_id = validate_id(conversation_id)
+        self._handle = _StoreHandle(store)
+        self.limit = _check_limit(limit)
+
+    async def _store(self) -> Store:
+        return await self._handle.get()
+
+    async def messages(self, *, limit: int | _Default | None = _DEFAULT) -> list[ModelMessage]:
+        """The stored messages, oldest first, ready for ``agent.run(message_history=...)``.
+
+        Args:
+            limit: keep at most this many of the newest messages, starting at a request
+                that answers nothing earlier (no tool result, no retry), so a tool call is
+                never separated from its result and the history starts with a request.
+                Only those are read.
+                ``None``: every message. Default: the history's ``limit``.
+
+        Raises:
+            WindowTooSmall: the newest ``limit`` messages hold no such start (the newest
+                run alone is longer than ``limit``).
+            ValueError: a negative ``limit``.
+        """
+        limit = self.limit if isinstance(limit, _Default) else _check_limit(limit)
+        store = await self._store()
+        if limit == 0:
+            return []
+        stored = await store.read(self.conversation_id, limit=limit)
+        if limit is not None and stored and stored[0].position != 0:
+            start = next((i for i, m in enumerate(stored) if _starts_clean(m)), None)
+            if start is None:
+                raise WindowTooSmall(
+                    f"the newest run of conversation {self.conversation_id!r} has more than"
+                    f" {limit} messages"
+                )
+            stored = stored[start:]
+        # validate_json, not validate_python: the JSON form's bytes are base64 text, which
+        # only the JSON validator decodes.
+        return ModelMessagesTypeAdapter.validate_json(json.dumps([_payload(m) for m in stored]))
+
+    async def add(self, messages: Sequence[ModelMessage]) -> None:
+        """Append messages (e.g. ``result.new_messages()``), all of them or none.
+
+        Raises:
+            InvalidMessage: an item is not a ``ModelRequest``/``ModelResponse`` or has no
+                JSON form (nothing is written).
+            WriteError: the database failed; see its ``outcome``.
+        """
+        items = list(messages)
+        for item in items:
+            if not isinstance(item, (ModelRequest, ModelResponse)):
+                raise InvalidMessage(
+                    f"expected a ModelRequest or ModelResponse, not {type(item).__name__}"
+                )
+        if not items:
+            return
+        try:
+            payloads = json.loads(ModelMessagesTypeAdapter.dump_json(items))
+        except (PydanticSerializationError, TypeError, ValueError) as exc:
+            raise InvalidMessage("a Pydantic AI message cannot be stored as JSON") from exc
+        store = await self._store()
+        await store.write(
+            self.conversation_id, [{"type": MESSAGE_TYPE, "message": p} for p in payloads]
+        )
+
+    async def clear(self) -> None:
+        """Remove the whole history (the histstore conversation). Idempotent."""
+        store = await self._store()
+        await store.clear(self.conversation_id)
+
+    async def close(self) -> None:
+        """Release an owned store (a borrowed one stays open). Idempotent."""
+        await self._handle.close()
+
+    async def __aenter__(self) -> HiststoreMessageHistory:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"HiststoreMessageHistory({self.conversation_id!r})"
+
+
+def _check_limit(limit: int | None) -> int | None:
+    if limit is not None and limit < 0:
+        raise ValueError("limit must be None or >= 0")
+    return limit
