@@ -241,15 +241,15 @@ class State:
     async def metadata(self, conversation: str) -> dict[str, Any]:
         validate_id(conversation)
         ctx = self._ctx
-
-        async def work(conn: AsyncConnection) -> dict[str, Any]:
-            if not await _visible(conn, ctx, conversation):
-                raise not_found(conversation)
-            return await _metadata(conn, conversation)
-
-        return await ctx.executor.run(
-            work, mode="snapshot", action="metadata", conversation=conversation
+        rows = await ctx.executor.fetch(
+            ctx.sql.read_metadata,
+            ctx.params(conversation),
+            action="metadata",
+            conversation=conversation,
         )
+        if not rows:
+            raise not_found(conversation)
+        return {_codec.key_from_stored(k): _codec.decode(v) for k, v in rows if k is not None}
 
     async def merge_metadata(self, conversation: str, updates: Mapping[Any, Any]) -> None:
         validate_id(conversation)

@@ -242,6 +242,14 @@ class Statements:
             delete(md).where(md.c.conversation_id == conv_id, md.c.key == bindparam("key"))
         )
         self.insert_metadata = compile_(md.insert())
+        # A conversation's metadata in one statement: no row when it is unknown (or not
+        # visible), one row with a NULL key when it has none.
+        self.read_metadata = compile_(
+            select(md.c.key, md.c.value)
+            .select_from(_conv.outerjoin(md, md.c.conversation_id == _conv.c.id))
+            .where(owned)
+            .order_by(md.c.key)
+        )
         k = bindparam("k", type_=BigInteger)
         # Creates the list or adds k to its length; returns the new length.
         self.grow_list = compile_(
@@ -262,6 +270,66 @@ class Statements:
             select(func.coalesce(func.max(sm.c.seq) + 1, 0)).where(sm.c.conversation_id == conv_id)
         )
         self.insert_summary = compile_(sm.insert())
+
+        # ---------------------------------------------------------------- transfer
+        # Import and copy make a conversation equal to an incoming one, writing only
+        # what differs: they lock it, read what it holds range by range, and cut it
+        # from the first difference on.
+        self.lock_whole = compile_(
+            _dialects.for_update(
+                dialect,
+                select(
+                    _conv.c.owner,
+                    _conv.c.system_prompt,
+                    _conv.c.length,
+                    _conv.c.created_at,
+                    _conv.c.updated_at,
+                ).where(owned),
+            )
+        )
+        start = bindparam("start", type_=BigInteger)
+        stop = bindparam("stop", type_=BigInteger)
+        self.message_rows = compile_(
+            select(_msg.c.position, _msg.c.data, _msg.c.token_count, _msg.c.created_at)
+            .where(_msg.c.conversation_id == conv_id, _msg.c.position >= start)
+            .where(_msg.c.position < stop)
+            .order_by(_msg.c.position)
+        )
+        self.delete_messages_from = compile_(
+            delete(_msg).where(_msg.c.conversation_id == conv_id, _msg.c.position >= start)
+        )
+        self.delete_writes = compile_(delete(_writes).where(_writes.c.conversation_id == conv_id))
+        self.summary_rows = compile_(
+            select(sm.c.start, sm.c.end, sm.c.content, sm.c.token_count, sm.c.created_at)
+            .where(sm.c.conversation_id == conv_id)
+            .order_by(sm.c.seq)
+        )
+        self.delete_summaries = compile_(delete(sm).where(sm.c.conversation_id == conv_id))
+        self.metadata_rows = compile_(
+            select(md.c.key, md.c.value).where(md.c.conversation_id == conv_id)
+        )
+        self.delete_all_metadata = compile_(delete(md).where(md.c.conversation_id == conv_id))
+        li, name = s.list_items, bindparam("name", type_=lists.c.name.type)
+        self.list_rows = compile_(
+            select(lists.c.name, lists.c.length).where(lists.c.conversation_id == conv_id)
+        )
+        self.set_list_length = compile_(
+            update(lists)
+            .where(lists.c.conversation_id == conv_id, lists.c.name == name)
+            .values(length=k)
+        )
+        self.delete_list = compile_(
+            delete(lists).where(lists.c.conversation_id == conv_id, lists.c.name == name)
+        )
+        self.item_rows = compile_(
+            select(li.c.idx, li.c.value, li.c.blob)
+            .where(li.c.conversation_id == conv_id, li.c.name == name, li.c.idx >= start)
+            .where(li.c.idx < stop)
+            .order_by(li.c.idx)
+        )
+        self.delete_items_from = compile_(
+            delete(li).where(li.c.conversation_id == conv_id, li.c.name == name, li.c.idx >= start)
+        )
 
 
 def params(conversation: str, owner: str | None, **more: Any) -> dict[str, Any]:
