@@ -10,14 +10,33 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from sqlalchemy import Table, text
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Integer,
+    Table,
+    Text,
+    bindparam,
+    func,
+    literal_column,
+    select,
+    text,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql import Select
 
+from . import _schema as s
 from ._engine import BEGIN_OPTION
 
-__all__ = ["Mode", "for_update", "insert", "lock_for_migration", "mode_options"]
+__all__ = [
+    "Mode",
+    "append_in_one_statement",
+    "for_update",
+    "insert",
+    "lock_for_migration",
+    "mode_options",
+]
 
 Mode = Literal["read", "snapshot", "write"]
 
@@ -70,3 +89,68 @@ def lock_for_migration(connection: Connection) -> None:
     """
     if connection.dialect.name == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(7458215530061727291)"))
+
+
+def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None:
+    """The common append as one statement, where the database can (Postgres).
+
+    Data-modifying CTEs grow the conversation's length (locking its row), record the
+    batch under its key and insert the messages from arrays, in one statement that is
+    its own transaction: one round trip instead of five (BEGIN, three statements,
+    COMMIT). Parameters as the store's other statements, plus ``key``, ``digest`` and
+    the arrays ``roles``, ``datas``, ``tokens``. Returns the new length, or no row when
+    a view may not see the conversation (then nothing was written). ``None`` where the
+    dialect has no such statement (SQLite runs the append's program in one trip to its
+    thread instead).
+    """
+    if dialect.name != "postgresql":
+        return None
+    conv, msg, writes = s.conversations, s.messages, s.writes
+    c = bindparam("c", type_=conv.c.id.type)
+    owner = bindparam("owner", type_=conv.c.owner.type)
+    n = bindparam("n", type_=BigInteger)
+    now = bindparam("now", type_=conv.c.updated_at.type)
+    mine: ColumnElement[bool] | None = (conv.c.owner == owner) if scoped else None
+    grown = (
+        postgresql.insert(conv)
+        .values(id=c, owner=owner, length=n, created_at=now, updated_at=now)
+        .on_conflict_do_update(
+            index_elements=[conv.c.id],
+            set_={"length": conv.c.length + n, "updated_at": now},
+            where=mine,
+        )
+        .returning(conv.c.length)
+        .cte("grown")
+    )
+    record = select(
+        c,
+        bindparam("key", type_=writes.c.key.type),
+        grown.c.length - n,
+        n,
+        bindparam("digest", type_=writes.c.digest.type),
+        now,
+    )
+    recorded = (
+        writes.insert()
+        .from_select(
+            ["conversation_id", "key", "position", "count", "digest", "created_at"], record
+        )
+        .returning(writes.c.position)
+        .cte("recorded")
+    )
+    rows = (
+        func.unnest(
+            bindparam("roles", type_=postgresql.ARRAY(Text)),
+            bindparam("datas", type_=postgresql.ARRAY(Text)),
+            bindparam("tokens", type_=postgresql.ARRAY(Integer)),
+        )
+        .table_valued("role", "data", "token_count", with_ordinality="ord")
+        .render_derived()
+    )
+    placed = select(
+        c, recorded.c.position + rows.c.ord - 1, rows.c.role, rows.c.data, rows.c.token_count, now
+    ).select_from(recorded.join(rows, literal_column("true")))
+    inserted = msg.insert().from_select(
+        ["conversation_id", "position", "role", "data", "token_count", "created_at"], placed
+    )
+    return select(grown.c.length).add_cte(recorded).add_cte(inserted.cte("inserted"))

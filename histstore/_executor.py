@@ -199,6 +199,13 @@ class Executor:
             self._loop = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
+        # SQLite has one write lock per file. Writers of this store queue for it here,
+        # first come first served, instead of sleeping in SQLite's busy handler (which
+        # retries with growing sleeps, so a writer can wait ~100 ms after the lock was
+        # free); other processes still meet this store at the busy timeout. An
+        # in-memory database is one connection that the pool already hands out in turn.
+        self._gated = sqlite is not None and not self._in_memory
+        self._gate: asyncio.Lock | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -282,6 +289,31 @@ class Executor:
             else:
                 await greenlet_spawn(raw.close)
 
+    @asynccontextmanager
+    async def _writing(self, action: str, conversation: str | None) -> AsyncIterator[None]:
+        """Hold this store's SQLite write turn (nothing on Postgres; see ``__init__``).
+
+        Waiting longer than the busy timeout fails as SQLite's own busy wait would.
+        """
+        if not self._gated:
+            yield
+            return
+        if self._gate is None:
+            self._gate = asyncio.Lock()
+        assert self._sqlite is not None
+        try:
+            await asyncio.wait_for(self._gate.acquire(), self._sqlite.busy_timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            where = f" conversation {conversation!r}" if conversation is not None else ""
+            raise DatabaseFailure(
+                f"{action}{where} failed: database is locked (busy timeout: other writers of"
+                " this store held it)"
+            ) from None
+        try:
+            yield
+        finally:
+            self._gate.release()
+
     # ------------------------------------------------------------------ running
 
     async def fetch(
@@ -309,26 +341,40 @@ class Executor:
         return await (run_to_completion(run()) if self._in_memory else run())
 
     async def write(
-        self, program: Program[T], *, action: str, conversation: str | None = None
+        self,
+        program: Program[T],
+        *,
+        action: str,
+        conversation: str | None = None,
+        single: bool = False,
     ) -> T:
         """Run ``program`` as one write transaction, to its end even when cancelled.
 
         Returns its value (committed, or rolled back for a ``Rollback``). A database
         failure raises ``DatabaseFailure`` whose ``phase`` says whether the commit was
-        under way; what the program raises propagates after the rollback.
+        under way; what the program raises propagates after the rollback. With
+        ``single`` the program is one statement run as its own transaction (no BEGIN
+        and COMMIT round trips): a failure during it leaves the outcome unknown.
         """
         self.check()
 
         async def run() -> T:
             phase = Phase()
+            if single:
+                phase.name = "commit"
             try:
                 async with self._connection() as conn:
-                    value = await self.driver.run(conn, program, phase, begin=True, end=True)
+                    value = await self.driver.run(
+                        conn, program, phase, begin=not single, end=not single
+                    )
+                phase.name = "done"
             except DATABASE_ERRORS as exc:
                 raise failure(action, conversation, exc, phase.name) from exc
             return value.value if isinstance(value, Rollback) else value
 
-        return await run_to_completion(run())
+        # Waiting for the write turn can be cancelled; the transaction, once begun, ends.
+        async with self._writing(action, conversation):
+            return await run_to_completion(run())
 
     @asynccontextmanager
     async def transaction(self, *, action: str) -> AsyncIterator[Transaction]:
@@ -337,7 +383,7 @@ class Executor:
         connection of an interrupted transaction is dropped, never reused."""
         self.check()
         try:
-            async with self._connection() as conn:
+            async with self._writing(action, None), self._connection() as conn:
                 tx = Transaction(self, conn, action)
                 try:
                     yield tx
@@ -370,14 +416,15 @@ class Executor:
             try:
                 async with engine.begin() as conn:
                     return await work(conn)
-            except DatabaseFailure:
-                raise
             except HistStoreError:
                 raise
             except DATABASE_ERRORS as exc:
                 raise failure(action, conversation, exc, "body") from exc
 
-        return await run_to_completion(transaction())
+        if mode != "write":
+            return await run_to_completion(transaction())
+        async with self._writing(action, conversation):
+            return await run_to_completion(transaction())
 
     @asynccontextmanager
     async def session(self, mode: _dialects.Mode, *, action: str) -> AsyncIterator[AsyncConnection]:

@@ -141,10 +141,14 @@ class History:
         except HistStoreError as exc:
             exc.outcome = ZERO
             raise
-        program = self._append(conversation, batch, at, key, caller_key)
+        single = at is None and not caller_key and self._ctx.sql.append_one is not None
+        if single:
+            program = self._append_one(conversation, batch, key)
+        else:
+            program = self._append(conversation, batch, at, key, caller_key)
         try:
             return await self._ctx.executor.write(
-                program, action="write to", conversation=conversation
+                program, action="write to", conversation=conversation, single=single
             )
         except DatabaseFailure as exc:
             return await self._failed(conversation, batch, key, exc)
@@ -166,6 +170,30 @@ class History:
             ) from exc.__cause__
         length = await was_stored(self._ctx, conversation, key, exc)
         return WriteOutcome(n, False, length)
+
+    def _append_one(
+        self, conversation: str, batch: _rules.Batch, key: str
+    ) -> Program[WriteOutcome]:
+        """The common append as one statement that is its own transaction (see
+        ``_dialects.append_in_one_statement``); the same effect as ``_append``."""
+        ctx = self._ctx
+        assert ctx.sql.append_one is not None
+        n = len(batch.messages)
+        rows = batch.rows(conversation, 0, _now())
+        params = ctx.params(
+            conversation,
+            n=n,
+            now=_now(),
+            key=key,
+            digest=batch.digest,
+            roles=[r["role"] for r in rows],
+            datas=[r["data"] for r in rows],
+            tokens=[r["token_count"] for r in rows],
+        )
+        found = yield FETCH, ctx.sql.append_one, params
+        if not found:  # only a view's foreign conversation refuses an append
+            raise not_found(conversation)
+        return WriteOutcome(n, False, int(found[0][0]))
 
     def _append(
         self, conversation: str, batch: _rules.Batch, at: int | None, key: str, caller_key: bool

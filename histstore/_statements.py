@@ -87,6 +87,8 @@ class Statements:
                 where=mine,
             ).returning(_conv.c.length)
         )
+        one = _dialects.append_in_one_statement(dialect, scoped)
+        self.append_one = None if one is None else compile_(one)
         # Appends only when the conversation holds exactly ``at`` messages.
         self.append_at = compile_(
             update(_conv)

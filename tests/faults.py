@@ -15,6 +15,10 @@ def _verb(sql: object) -> str:
     return sql.strip().rstrip(";").strip().upper() if isinstance(sql, str) else ""
 
 
+async def _nothing() -> None:
+    return None
+
+
 class Faults:
     """Switchable faults in the database drivers (aiosqlite and asyncpg) themselves.
 
@@ -160,6 +164,12 @@ class Faults:
                     raise error()
                 if args and self._insert_fails(_verb(args[0])):
                     raise asyncpg.exceptions.DataError("injected fault")
+                if name == "fetch" and args and _verb(args[0]).startswith("WITH GROWN AS"):
+                    # The one-statement append is its own transaction: its commit is
+                    # the statement itself, so a lost commit is a connection cut there.
+                    return await self._commit(
+                        lambda: orig(obj, *args, **kwargs), _nothing, error()
+                    )
                 return await orig(obj, *args, **kwargs)
 
             monkeypatch.setattr(cls, name, call)

@@ -123,10 +123,13 @@ async def test_uncertain_write_that_was_not_stored_retries_once(
 async def test_failure_before_commit_is_certain(
     store: histstore.Store, faults: Faults, cid: str
 ) -> None:
+    """A write whose transaction fails before its commit is known not stored. (The plain
+    append on Postgres is one statement that is its own commit: a failure there is a
+    lost commit, settled or uncertain, as the tests above check.)"""
     await store.write(cid, user_msgs(1, "old"))
     faults.unreachable = True
     with pytest.raises(WriteError) as info:
-        await store.write(cid, user_msgs(2, "new"))
+        await store.write(cid, user_msgs(2, "new"), at=1)
     faults.unreachable = False
     assert (info.value.outcome.accepted, info.value.outcome.uncertain) == (0, False)
     assert is_database_error(info.value.__cause__)

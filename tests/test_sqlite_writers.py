@@ -1,0 +1,67 @@
+"""SQLite only: a store's writers queue for the file's one write lock in the event loop,
+first come first served, instead of sleeping in SQLite's busy handler."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from helpers import new_id, user_msgs
+
+import histstore
+from histstore import WriteError, WriteOutcome
+from histstore._drivers import EXECUTE, Program
+
+
+def _noop(store: histstore.Store) -> Program[bool]:
+    yield EXECUTE, store._ctx.sql.set_length, {"c": "none", "length": 0, "now": None}
+    return True
+
+
+async def test_writers_wait_their_turn_behind_a_long_transaction(tmp_path: Path) -> None:
+    async with histstore.connect(tmp_path / "q.db", busy_timeout=5) as store:
+        c = new_id()
+        order: list[int] = []
+
+        async def write(i: int) -> None:
+            await store.write(c, [{"role": "user", "content": f"m{i}"}])
+            order.append(i)
+
+        async with store._executor.transaction(action="hold") as tx:
+            await tx.run(_noop(store))  # holds SQLite's write lock, and the store's turn
+            tasks = []
+            for i in range(20):
+                tasks.append(asyncio.ensure_future(write(i)))
+                await asyncio.sleep(0)  # each queues before the next arrives
+            await asyncio.sleep(0.2)
+            assert order == []  # nobody got in, nobody failed
+        await asyncio.gather(*tasks)
+        assert order == list(range(20))  # first come, first served
+        assert [m.content for m in await store.read(c)] == [f"m{i}" for i in range(20)]
+
+
+async def test_waiting_longer_than_the_busy_timeout_fails_cleanly(tmp_path: Path) -> None:
+    async with histstore.connect(tmp_path / "q.db", busy_timeout=0.2) as store:
+        c = new_id()
+        async with store._executor.transaction(action="hold") as tx:
+            await tx.run(_noop(store))
+            with pytest.raises(WriteError, match="locked") as info:
+                await store.write(c, user_msgs(1))
+            assert info.value.outcome == WriteOutcome(0, False, None)
+        assert await store.write(c, user_msgs(1)) == WriteOutcome(1, False, 1)
+
+
+async def test_a_write_cancelled_while_waiting_is_not_written(tmp_path: Path) -> None:
+    async with histstore.connect(tmp_path / "q.db", busy_timeout=5) as store:
+        c = new_id()
+        async with store._executor.transaction(action="hold") as tx:
+            await tx.run(_noop(store))
+            task = asyncio.ensure_future(store.write(c, user_msgs(1)))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        assert not await store.exists(c)
+        await store.write(c, user_msgs(2))
+        assert await store.count(c) == 2
