@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,8 @@ class Shared:
 
     executor: Executor
     _statements: dict[bool, Statements] = field(default_factory=dict)
+    lease_released: dict[str, asyncio.Event] = field(default_factory=dict)
+    """Wakes this process's lease waiters when a lease on a conversation is released."""
 
     def statements(self, scoped: bool) -> Statements:
         """The statements of a whole store or (``scoped``) of a user's view."""

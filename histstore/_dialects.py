@@ -32,6 +32,7 @@ from ._engine import BEGIN_OPTION
 __all__ = [
     "Mode",
     "append_in_one_statement",
+    "clock",
     "for_update",
     "insert",
     "lock_for_migration",
@@ -154,3 +155,11 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
         ["conversation_id", "position", "role", "data", "token_count", "created_at"], placed
     )
     return select(grown.c.length).add_cte(recorded).add_cte(inserted.cte("inserted"))
+
+
+def clock(dialect: Dialect) -> ColumnElement[float]:
+    """The database's clock as seconds since the epoch (what leases expire by): one
+    clock for every holder, whatever process or machine it runs on."""
+    if dialect.name == "postgresql":
+        return literal_column("extract(epoch from clock_timestamp())::float8")
+    return literal_column("((julianday('now') - 2440587.5) * 86400.0)")

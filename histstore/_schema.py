@@ -16,6 +16,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Dialect,
+    Float,
     Index,
     Integer,
     LargeBinary,
@@ -32,6 +33,7 @@ __all__ = [
     "CONVERSATION_TABLES",
     "VERSION_TABLE",
     "conversations",
+    "leases",
     "list_items",
     "lists",
     "messages",
@@ -181,3 +183,16 @@ list_items = Table(
 
 # Tables holding rows of a conversation, children first (clear deletes in this order).
 CONVERSATION_TABLES = (messages, writes, summaries, metadata_entries, list_items, lists)
+
+# Turn leases: who holds a conversation id for a turn, and until when. ``expires_at``
+# is seconds since the epoch by the database's clock (every holder, in any process,
+# compares against the same clock). A lease is about the id, not its contents: clear
+# and purge leave it, and it ends by release or expiry.
+leases = Table(
+    "histstore_leases",
+    metadata,
+    Column("id", ID, nullable=False),
+    Column("holder", String(64), nullable=False),
+    Column("expires_at", Float(precision=53), nullable=False),
+    PrimaryKeyConstraint("id"),
+)

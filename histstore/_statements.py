@@ -267,6 +267,33 @@ class Statements:
         )
         self.insert_list = compile_(lists.insert())
         self.insert_list_items = compile_(s.list_items.insert())
+        # ---------------------------------------------------------------- leases
+        le = s.leases
+        clock = _dialects.clock(dialect)
+        holder = bindparam("holder", type_=le.c.holder.type)
+        until = clock + bindparam("ttl", type_=le.c.expires_at.type)
+        le_ins = _dialects.insert(dialect, le).values(id=conv_id, holder=holder, expires_at=until)
+        # Takes the lease when it is free or expired; returns the holder when taken.
+        self.take_lease = compile_(
+            le_ins.on_conflict_do_update(
+                index_elements=[le.c.id],
+                set_={"holder": le_ins.excluded.holder, "expires_at": le_ins.excluded.expires_at},
+                where=le.c.expires_at <= clock,
+            ).returning(le.c.holder)
+        )
+        mine_ = and_(le.c.id == conv_id, le.c.holder == holder)
+        self.renew_lease = compile_(
+            update(le)
+            .where(mine_, le.c.expires_at > clock)
+            .values(expires_at=until)
+            .returning(le.c.holder)
+        )
+        self.release_lease = compile_(delete(le).where(mine_))
+        # Seconds until the current lease expires (none when free or expired).
+        self.lease_left = compile_(
+            select(le.c.expires_at - clock).where(le.c.id == conv_id, le.c.expires_at > clock)
+        )
+
         sm = s.summaries
         self.next_summary = compile_(
             select(func.coalesce(func.max(sm.c.seq) + 1, 0)).where(sm.c.conversation_id == conv_id)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -14,6 +15,7 @@ from ._dialects import Mode
 from ._executor import Executor
 from ._history import History
 from ._ids import validate_id
+from ._leases import Lease, Leases
 from ._listing import Listing, Order
 from ._lists import Lists
 from ._models import ConversationState, Message, MessageLike, Summary, WriteOutcome
@@ -60,6 +62,7 @@ class Store:
         self._state = State(ctx)
         self._lists = Lists(ctx)
         self._listing = Listing(ctx)
+        self._leases = Leases(ctx, self._history)
 
     # ------------------------------------------------------------------ basics
 
@@ -144,6 +147,34 @@ class Store:
         """Run SQLAlchemy Core ``work`` in one transaction of ``mode`` (for the storage
         modules that read with Core: admin, transfer)."""
         return await self._executor.run(work, mode=mode, action=action, conversation=conversation)
+
+    def lease(
+        self, conversation: str, *, ttl: float = 60, wait: bool = True
+    ) -> AbstractAsyncContextManager[Lease]:
+        """Hold ``conversation`` for one holder, across tasks and processes (a turn lease).
+
+        ``async with store.lease(c) as lease:`` waits until no one else holds ``c`` (with
+        ``wait=False`` it raises ``ConflictError`` instead), then holds it until the block
+        ends, also by an exception. A lease expires ``ttl`` seconds after it was taken or
+        last renewed (``await lease.renew()``), whether or not its holder still runs, so
+        a dead holder blocks others for at most ``ttl``; a holder whose lease expired
+        never releases its successor's. Expiry is by the database's clock. Leasing
+        needs no conversation to exist and writes nothing to it; through a scoped view,
+        an id owned by someone else is ``NotFound``.
+
+        Raises:
+            InvalidId: bad conversation id.
+            ValueError: ``ttl`` is not a positive number of seconds.
+            ConflictError: ``wait=False`` and another holder has it; from
+                ``lease.renew()``, the lease was lost.
+        """
+        return self._leases.lease(conversation, ttl, wait)
+
+    async def status(self, conversation: str) -> str:
+        """``"stepping"`` while someone holds a lease on the conversation, else
+        ``turns.status`` of its newest turn (``"empty"``, ``"open"``, ``"closed"`` or
+        ``"interrupted"``). Reads only the newest turn."""
+        return await self._leases.status(conversation)
 
     async def system_messages(self, conversation: str) -> list[Message]:
         """Every system message of the conversation, in order, found by index (without

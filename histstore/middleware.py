@@ -10,8 +10,10 @@ again.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from ._errors import CommitError, ConflictError, HistStoreError, InvalidMessage
@@ -19,6 +21,7 @@ from ._ids import validate_id
 from ._models import Message, MessageLike, WriteOutcome, as_message
 
 if TYPE_CHECKING:
+    from ._leases import Lease
     from ._store import Store
 
 __all__ = ["HistoryChat", "Model", "Streamer", "with_history"]
@@ -43,6 +46,8 @@ class HistoryChat:
         *,
         streamer: Streamer | None = None,
         window: _Window | None = None,
+        serialize: bool = False,
+        lease_ttl: float = 60,
     ) -> None:
         if model is None and streamer is None:
             raise TypeError("with_history() needs a model, a streamer, or both")
@@ -50,6 +55,23 @@ class HistoryChat:
         self.model = model
         self.streamer = streamer
         self.window = window
+        self.serialize = serialize
+        self.lease_ttl = lease_ttl
+
+    @asynccontextmanager
+    async def _turn(self, conversation: str) -> AsyncIterator[None]:
+        """With ``serialize``, hold the conversation's lease for the whole turn, renewing
+        it while the model runs; turns on one conversation then queue."""
+        if not self.serialize:
+            yield
+            return
+        async with self.store.lease(conversation, ttl=self.lease_ttl) as lease:
+            renewing = asyncio.ensure_future(_keep(lease))
+            try:
+                yield
+            finally:
+                renewing.cancel()
+                await asyncio.gather(renewing, return_exceptions=True)
 
     async def _history(self, conversation: str) -> tuple[list[Message], int]:
         """The messages to replay and the position the new batch belongs at."""
@@ -69,7 +91,7 @@ class HistoryChat:
         key = uuid.uuid4().hex
         try:
             await self.store.write(conversation, batch, at=at, idempotency_key=key)
-        except Exception as exc:  # noqa: BLE001 - every failure of the write is a CommitError
+        except Exception as exc:
             if isinstance(exc, HistStoreError):
                 outcome = exc.outcome or WriteOutcome(0, False, None)
             else:  # not histstore's: nothing is known of what it stored
@@ -106,10 +128,11 @@ class HistoryChat:
             raise TypeError("this with_history() wrapper has no model; use stream()")
         validate_id(conversation)
         new = [as_message(m) for m in _messages(messages)]
-        history, at = await self._history(conversation)
-        result = await self.model([*history, *new])
-        reply = _reply(result)
-        return await self._commit(conversation, new, reply, at)
+        async with self._turn(conversation):
+            history, at = await self._history(conversation)
+            result = await self.model([*history, *new])
+            reply = _reply(result)
+            return await self._commit(conversation, new, reply, at)
 
     async def stream(
         self, conversation: str, messages: Iterable[MessageLike]
@@ -125,13 +148,22 @@ class HistoryChat:
             raise TypeError("this with_history() wrapper has no streamer; call it instead")
         validate_id(conversation)
         new = [as_message(m) for m in _messages(messages)]
-        history, at = await self._history(conversation)
-        reply: list[Message] = []
-        async for event in self.streamer([*history, *new]):
-            if isinstance(event, Message):
-                reply.append(event)
-            yield event
-        await self._commit(conversation, new, reply, at)
+        async with self._turn(conversation):
+            history, at = await self._history(conversation)
+            reply: list[Message] = []
+            async for event in self.streamer([*history, *new]):
+                if isinstance(event, Message):
+                    reply.append(event)
+                yield event
+            await self._commit(conversation, new, reply, at)
+
+
+async def _keep(lease: Lease) -> None:
+    """Renew ``lease`` every third of its ttl until cancelled (or lost: the write's
+    ``at`` check still guards the turn)."""
+    while True:
+        await asyncio.sleep(lease.ttl / 3)
+        await lease.renew()
 
 
 def _messages(messages: Iterable[MessageLike]) -> list[MessageLike]:
@@ -154,6 +186,8 @@ def with_history(
     *,
     streamer: Streamer | None = None,
     window: _Window | None = None,
+    serialize: bool = False,
+    lease_ttl: float = 60,
 ) -> HistoryChat:
     """Wrap a model so each call replays the stored history and stores the exchange.
 
@@ -164,5 +198,12 @@ def with_history(
     around ``streamer``, passing every event through. When the write fails,
     ``CommitError`` is raised with the exact batch; ``await error.retry(store)`` is
     safe to call any number of times.
+
+    With ``serialize=True`` each call holds the conversation's turn lease
+    (``store.lease``, ``lease_ttl`` seconds, renewed while the model runs) around the
+    read, the model call and the write, so concurrent turns on one conversation queue
+    instead of failing with ``CommitError``.
     """
-    return HistoryChat(store, model, streamer=streamer, window=window)
+    return HistoryChat(
+        store, model, streamer=streamer, window=window, serialize=serialize, lease_ttl=lease_ttl
+    )
