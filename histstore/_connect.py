@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import Any, Literal
@@ -11,7 +12,9 @@ from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from . import _migrations
-from ._dialects import mode_options
+from ._dberrors import translate_errors
+from ._dialects import can_create_tables, mode_options
+from ._drivers import for_dialect
 from ._engine import (
     SETTINGS_OPTION,
     SqliteSettings,
@@ -20,14 +23,14 @@ from ._engine import (
     make_engine,
     resolve_target,
 )
-from ._dberrors import translate_errors
-from ._drivers import for_dialect
 from ._errors import HistStoreError
 from ._executor import run_to_completion
 from ._models import Message
 from ._store import Store, StoreSettings
 
 __all__ = ["connect"]
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
 
 Durability = Literal["full", "process"]
 
@@ -68,6 +71,7 @@ def connect(
     busy_timeout: float = 30.0,
     max_message_bytes: int = 16 * 1024 * 1024,
     max_batch: int = 10_000,
+    schema: str | None = None,
 ) -> _Connecting:
     """Open a store. Await the result, or use it as an async context manager.
 
@@ -92,6 +96,10 @@ def connect(
             failing with ``WriteError`` (and, in memory, a task for the connection).
         max_message_bytes: the largest message, as UTF-8 JSON.
         max_batch: the most messages one write takes.
+        schema: PostgreSQL only: keep every histstore table, the version table
+            included, in this schema (``migrate=True`` and ``histstore migrate
+            --schema`` create it when missing). Two schemas in one database are two
+            independent stores.
 
     Raises:
         ValueError: the target or an option is not valid.
@@ -107,12 +115,20 @@ def connect(
             raise ValueError(f"{name} must be a positive int")
     if migrate not in (None, True, False):
         raise ValueError("migrate must be None, True or False")
+    if schema is not None and (
+        not isinstance(schema, str) or _SCHEMA_NAME.fullmatch(schema) is None
+    ):
+        raise ValueError(
+            "schema must be a PostgreSQL identifier: a letter or _, then letters,"
+            " digits, _ or $, at most 63 characters"
+        )
     options = {
         "count_tokens": count_tokens,
         "durability": durability,
         "busy_timeout": float(busy_timeout),
         "max_message_bytes": max_message_bytes,
         "max_batch": max_batch,
+        "schema": schema,
     }
     return _Connecting(resolve_target(target), migrate, options)
 
@@ -126,6 +142,7 @@ async def _open(
     busy_timeout: float,
     max_message_bytes: int,
     max_batch: int,
+    schema: str | None,
 ) -> Store:
     resolved = resolve_target(target)
     owns = not isinstance(resolved, AsyncEngine)
@@ -145,9 +162,10 @@ async def _open(
         )
         if sqlite
         else None,
+        schema=schema,
     )
     try:
-        for_dialect(engine.dialect)  # ValueError for a driver histstore does not run on
+        for_dialect(engine.dialect, schema)  # ValueError: a driver or option it cannot run
         install_hooks(engine)
         if migrate is not False:
             await run_to_completion(_prepare_schema(engine, settings, migrate))
@@ -174,18 +192,21 @@ async def _prepare_schema(
                 mode = await _journal_mode(conn)
                 if mode != "wal":
                     raise HistStoreError(f"SQLite refused WAL mode (journal_mode={mode})")
+        schema = settings.schema
         async with engine.execution_options(
             **options, **mode_options(engine.dialect, "snapshot")
         ).connect() as conn:
-            status = await conn.run_sync(_migrations.schema_status)
+            status = await conn.run_sync(_migrations.schema_status, schema)
+            can_create = status.up_to_date or await conn.run_sync(can_create_tables, schema)
             await conn.rollback()
         if status.up_to_date:
             return
-        if not upgrade or not status.known:
-            _migrations.check(status, engine.url.render_as_string(hide_password=True))
+        if not upgrade or not status.known or not can_create:
+            url = engine.url.render_as_string(hide_password=True)
+            _migrations.check(status, url, schema=schema, can_create=can_create)
         write_options = {**options, **mode_options(engine.dialect, "write")}
         async with engine.execution_options(**write_options).begin() as conn:
-            await conn.run_sync(_migrations.upgrade)
+            await conn.run_sync(_migrations.upgrade, schema)
 
 
 async def _journal_mode(conn: AsyncConnection) -> str:

@@ -27,6 +27,7 @@ class StoreSettings:
     max_message_bytes: int = 16 * 1024 * 1024
     max_batch: int = 10_000
     sqlite: SqliteSettings | None = None
+    schema: str | None = None
 
 
 @dataclass

@@ -32,6 +32,7 @@ from ._engine import BEGIN_OPTION
 __all__ = [
     "Mode",
     "append_in_one_statement",
+    "can_create_tables",
     "clock",
     "for_update",
     "insert",
@@ -163,3 +164,20 @@ def clock(dialect: Dialect) -> ColumnElement[float]:
     if dialect.name == "postgresql":
         return literal_column("extract(epoch from clock_timestamp())::float8")
     return literal_column("((julianday('now') - 2440587.5) * 86400.0)")
+
+
+def can_create_tables(connection: Connection, schema: str | None) -> bool:
+    """Whether the connection's role may create histstore's tables (in ``schema``, or
+    the default one): it needs CREATE on the schema, or on the database when the schema
+    does not exist yet. Always true on SQLite, where the file's owner decides."""
+    if connection.dialect.name != "postgresql":
+        return True
+    query = text(
+        "SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = :s)"
+        " THEN has_schema_privilege(:s, 'CREATE')"
+        " ELSE has_database_privilege(current_database(), 'CREATE') END"
+    )
+    name = schema
+    if name is None:
+        name = connection.execute(text("SELECT current_schema()")).scalar()
+    return bool(connection.execute(query, {"s": name}).scalar())

@@ -83,8 +83,11 @@ class Phase:
 class CompiledStatement:
     """A Core statement compiled for one dialect, with its parameter order and processors."""
 
-    def __init__(self, stmt: ClauseElement, dialect: Dialect) -> None:
-        compiled = stmt.compile(dialect=dialect)
+    def __init__(self, stmt: ClauseElement, dialect: Dialect, schema: str | None = None) -> None:
+        placed: dict[str, Any] = {}
+        if schema is not None:
+            placed = {"schema_translate_map": {None: schema}, "render_schema_translate": True}
+        compiled = stmt.compile(dialect=dialect, **placed)
         assert isinstance(compiled, SQLCompiler)
         assert isinstance(stmt, Executable)
         self.statement = stmt
@@ -156,12 +159,13 @@ class Driver:
 
     begin_sql = "BEGIN"
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, schema: str | None = None) -> None:
         self.dialect = dialect
+        self.schema = schema
 
     def compile(self, stmt: ClauseElement) -> CompiledStatement:
-        """Compile a statement for this driver's dialect."""
-        return CompiledStatement(stmt, self.dialect)
+        """Compile a statement for this driver's dialect (and the store's schema)."""
+        return CompiledStatement(stmt, self.dialect, self.schema)
 
     def result_processor(self, type_: TypeEngine[Any]) -> Processor:
         """How a value of ``type_`` read by the driver becomes a Python value."""
@@ -232,7 +236,7 @@ class _Aiosqlite(Driver):
     begin_sql = "BEGIN IMMEDIATE"  # see _engine: why writers take the lock up front
 
     def __init__(self, dialect: Dialect, one_trip: bool) -> None:
-        super().__init__(dialect)
+        super().__init__(dialect, None)
         self.one_trip = one_trip
 
     async def fetch(
@@ -331,17 +335,19 @@ def aiosqlite_one_trip() -> bool:
     )
 
 
-def for_dialect(dialect: Dialect) -> Driver:
-    """The driver seam for an engine's dialect.
+def for_dialect(dialect: Dialect, schema: str | None = None) -> Driver:
+    """The driver seam for an engine's dialect; statements name ``schema`` when given.
 
     Raises:
-        ValueError: a driver histstore does not run on.
+        ValueError: a driver histstore does not run on, or a schema on SQLite.
     """
     name, driver = dialect.name, getattr(dialect, "driver", "")
     if name == "sqlite" and driver == "aiosqlite":
+        if schema is not None:
+            raise ValueError("schema= places the tables in a PostgreSQL schema; not on SQLite")
         return _Aiosqlite(dialect, aiosqlite_one_trip())
     if name == "postgresql" and driver == "asyncpg":
-        return _Asyncpg(dialect)
+        return _Asyncpg(dialect, schema)
     raise ValueError(
         f"histstore runs on sqlite+aiosqlite and postgresql+asyncpg, not {name}+{driver}"
     )

@@ -179,10 +179,18 @@ class Executor:
     Shared by a store and its scoped views: closing it closes them all.
     """
 
-    def __init__(self, engine: AsyncEngine, sqlite: SqliteSettings | None) -> None:
-        self.engine = engine
+    def __init__(
+        self, engine: AsyncEngine, sqlite: SqliteSettings | None, schema: str | None = None
+    ) -> None:
         self.dialect = engine.dialect
-        self.driver: Driver = for_dialect(engine.dialect)
+        self.driver: Driver = for_dialect(engine.dialect, schema)
+        self._base_engine = engine
+        if schema is not None:
+            # Core work names the schema through SQLAlchemy's translate map; compiled
+            # statements carry it already (see ``_drivers``).
+            engine = engine.execution_options(schema_translate_map={None: schema})
+        self.engine = engine
+        """The engine (with the store's schema, when it has one)."""
         self._sqlite = sqlite
         self._cache = ConnectionCache.for_engine(engine)
         self._in_memory = is_memory_url(engine.url)
@@ -239,7 +247,7 @@ class Executor:
         self._closed = True
         await self._cache.close()
         if dispose:
-            await self.engine.dispose()
+            await self._base_engine.dispose()
 
     def compile(self, stmt: ClauseElement) -> CompiledStatement:
         """Compile a Core statement for this store's driver."""

@@ -54,7 +54,7 @@ class Store:
         self._owner = owner
         self._is_view = shared is not None
         if shared is None:
-            shared = Shared(Executor(engine, settings.sqlite))
+            shared = Shared(Executor(engine, settings.sqlite, settings.schema))
         self._shared = shared
         self._executor = shared.executor
         ctx = self._ctx = Context(shared, settings, owner)
@@ -68,8 +68,14 @@ class Store:
 
     @property
     def engine(self) -> AsyncEngine:
-        """The SQLAlchemy engine the store runs on."""
-        return self._engine
+        """The SQLAlchemy engine the store runs on; with ``connect(schema=...)``, set to
+        put histstore's tables in that schema (it shares the connection pool)."""
+        return self._executor.engine
+
+    @property
+    def schema(self) -> str | None:
+        """The PostgreSQL schema holding the store's tables (``None``: the default)."""
+        return self._settings.schema
 
     @property
     def user(self) -> str | None:

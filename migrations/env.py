@@ -30,10 +30,20 @@ def _include_name(name: str | None, type_: str, parent_names: Any) -> bool:
     return True
 
 
+def _schema() -> str | None:
+    """The PostgreSQL schema for histstore's tables: ``connect(schema=...)``, ``histstore
+    migrate --schema`` or ``-x schema=...``; ``None`` for the default one."""
+    schema = config.attributes.get("schema") or context.get_x_argument(as_dictionary=True).get(
+        "schema"
+    )
+    return str(schema) if schema else None
+
+
 def _options() -> dict[str, Any]:
     return {
         "target_metadata": metadata,
         "version_table": VERSION_TABLE,
+        "version_table_schema": _schema(),
         "include_name": _include_name,
         "compare_type": True,
     }
@@ -51,14 +61,29 @@ def _url() -> str:
 
 def run_offline() -> None:
     context.configure(url=_url(), literal_binds=True, **_options())
+    schema = _schema()
     with context.begin_transaction():
+        if schema is not None:
+            # Unqualified names in the scripts resolve into the schema from here on.
+            quoted = '"' + schema.replace('"', '""') + '"'
+            context.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+            context.execute(f"SET search_path TO {quoted}")
         context.run_migrations()
 
 
 def _run(connection: Connection) -> None:
-    context.configure(connection=connection, **_options())
-    with context.begin_transaction():
-        context.run_migrations()
+    schema = _schema()
+    before = connection.get_execution_options().get("schema_translate_map")
+    if schema is not None:
+        # The scripts name no schema: SQLAlchemy puts every table they touch in it.
+        connection.execution_options(schema_translate_map={None: schema})
+    try:
+        context.configure(connection=connection, **_options())
+        with context.begin_transaction():
+            context.run_migrations()
+    finally:
+        if schema is not None:
+            connection.execution_options(schema_translate_map=before)
 
 
 async def _run_async() -> None:
