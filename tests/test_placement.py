@@ -66,11 +66,11 @@ async def test_two_schemas_are_two_independent_stores(empty_db: str) -> None:
         await b.write("same-id", user_msgs(1, "b"))
         assert [m.content for m in await a.read("same-id")] == ["a-0", "a-1"]
         assert [m.content for m in await b.read("same-id")] == ["b-0"]
-        async with a.lease("same-id", wait=False):
-            async with b.lease("same-id", wait=False):  # leases are per schema too
-                with pytest.raises(ConflictError):
-                    async with a.lease("same-id", wait=False):
-                        pass
+        # Leases are per schema too.
+        async with a.lease("same-id", wait=False), b.lease("same-id", wait=False):
+            with pytest.raises(ConflictError):
+                async with a.lease("same-id", wait=False):
+                    pass
 
 
 async def test_an_unmigrated_schema_names_the_command(empty_db: str) -> None:
@@ -99,7 +99,8 @@ async def test_a_role_without_create_is_told_who_must_migrate(empty_db: str) -> 
     await _pg_execute(f'CREATE ROLE "{role}" LOGIN')
     try:
         await _pg_execute(
-            f'REVOKE CREATE ON SCHEMA public FROM PUBLIC; REVOKE CREATE ON DATABASE "{database}" FROM PUBLIC',
+            "REVOKE CREATE ON SCHEMA public FROM PUBLIC;"
+            f' REVOKE CREATE ON DATABASE "{database}" FROM PUBLIC',
             database,
         )
         for migrate in (None, True):
