@@ -1,0 +1,204 @@
+"""Copy: every conversation one store sees into another, through the same rules as import.
+
+The rows read from the source are checked by the destination's rules (``_rules``)
+exactly as an import file's records are: a conversation the destination would refuse
+(a NUL in its system prompt, a token count past 2**31-1, a message over the size
+limit, a hole in its positions ...) raises ``InvalidMessage`` (or ``InvalidId``) naming
+it, before anything of it is written; the conversations before it are kept. A
+conversation already at the destination is made equal to the source's, writing only
+what differs (``_transfer_sync``), so copying again converges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import aclosing
+from typing import Any, TypeVar
+
+from . import _codec, _rules
+from ._errors import HistStoreError, InvalidMessage
+from ._ids import validate_id
+from ._models import Message, Summary
+from ._store import Store
+from ._transfer_format import DEFAULT_BATCH, Progress, TransferStats, now
+from ._transfer_read import Page, Source, StoredConversation
+from ._transfer_sync import Incoming
+from ._transfer_write import Writer
+
+__all__ = ["copy_store"]
+
+T = TypeVar("T")
+
+
+async def copy_store(
+    source: Store,
+    target: Store,
+    *,
+    batch: int = DEFAULT_BATCH,
+    progress: Progress | None = None,
+) -> TransferStats:
+    """Copy every conversation ``source`` sees into ``target`` (see the module doc).
+
+    Raises:
+        InvalidMessage, InvalidId: a source conversation the target refuses (named);
+            the conversations copied before it are kept.
+        NotFound: a scoped target may not see a conversation of the source.
+    """
+    if batch < 1:
+        raise ValueError("batch must be at least 1")
+    reader = Source(source._ctx, batch=batch)
+    stats = TransferStats()
+    if progress is not None:
+        stats.total_messages = (await reader.totals())[1]
+
+    def done(_incoming: Incoming, changed: bool) -> None:
+        if changed:
+            stats.conversations += 1
+        else:
+            stats.skipped += 1
+
+    limit = target._ctx.settings.max_message_bytes
+    async with (
+        Writer(target._ctx, batch=batch, action="copy", done=done) as writer,
+        aclosing(reader.pages()) as pages,
+    ):
+        async for page in pages:
+            for conv in page.convs:
+                await _copy_conversation(page, conv, writer, limit, stats, progress)
+            if progress is not None:
+                progress(stats)
+    return stats
+
+
+async def _copy_conversation(
+    page: Page,
+    conv: StoredConversation,
+    writer: Writer,
+    limit: int,
+    stats: TransferStats,
+    progress: Progress | None,
+) -> None:
+    cid = conv.id
+    writer.begin(_named(cid, _incoming, conv))
+    expected = 0
+    async for rows in page.messages(conv):
+        checked = _named(cid, _messages, cid, rows, expected, limit)
+        expected += len(rows)
+        await writer.messages(checked)
+        stats.messages += len(rows)
+        if progress is not None:
+            progress(stats)
+    if expected != conv.length:
+        raise InvalidMessage(
+            f"conversation {cid!r} holds {expected} messages where its row says {conv.length}"
+        )
+    for row in conv.summaries:
+        writer.summary(_named(cid, _summary, cid, row))
+    for name, length in conv.lists:
+        await writer.open_list(name, length)
+        idx = 0
+        async for items in page.items(conv, name):
+            await writer.items(_named(cid, _items, cid, name, items, idx))
+            idx += len(items)
+        if idx != length:
+            raise InvalidMessage(
+                f"conversation {cid!r}: list {name!r} holds {idx} items where its row says {length}"
+            )
+    await writer.end()
+
+
+def _named(cid: str, check: Callable[..., T], *args: Any) -> T:
+    """``check(*args)``; a refusal names the conversation."""
+    try:
+        return check(*args)
+    except HistStoreError as exc:
+        if repr(cid) in str(exc):
+            raise
+        raise type(exc)(f"conversation {cid!r}: {exc}") from None
+    except ValueError:  # a stored JSON text that does not parse
+        raise InvalidMessage(f"conversation {cid!r} holds a value that is not JSON") from None
+
+
+def _incoming(conv: StoredConversation) -> Incoming:
+    validate_id(conv.id)
+    if conv.owner is not None:
+        validate_id(conv.owner, what="user")
+    if conv.system_prompt is not None:
+        _codec.check_text(conv.system_prompt, what="the system prompt")
+    values = {_codec.key_from_stored(k): _codec.decode(v) for k, v in conv.metadata}
+    return Incoming(
+        conv.id,
+        conv.owner,
+        conv.system_prompt,
+        _rules.position(conv.length, "length"),
+        _rules.time(conv.created_at, "creation time"),
+        _rules.time(conv.updated_at, "last change time"),
+        metadata=_rules.metadata_rows(conv.id, values),
+    )
+
+
+def _messages(
+    cid: str, rows: Sequence[Sequence[Any]], first: int, limit: int
+) -> list[dict[str, Any]]:
+    """Message rows as ``_rules.Batch.rows`` makes them, by the same rules.
+
+    The JSON text was checked by the source store when it was written; what the
+    destination decides anew is its size limit, the token counts, the times and the
+    role column (``_rules.role_key``: an old store may hold a NUL there).
+    """
+    out = []
+    stamp = now()
+    for i, (position, role, text, tokens, created, *_) in enumerate(rows):
+        if position != first + i:
+            raise InvalidMessage(f"message at position {position} where {first + i} was expected")
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+        if size > limit:
+            raise InvalidMessage(
+                f"message {position} has {size} bytes of JSON, over the limit of {limit}"
+            )
+        if not isinstance(role, str):
+            role = Message._stored(text, None, None).role
+        out.append(
+            {
+                "conversation_id": cid,
+                "position": position,
+                "role": _rules.role_key(role),
+                "data": text,
+                "token_count": _rules.token_count(tokens, f"token count of message {position}"),
+                "created_at": stamp if created is None else _rules.time(created, "message time"),
+            }
+        )
+    return out
+
+
+def _summary(cid: str, row: dict[str, Any]) -> dict[str, Any]:
+    summary = Summary(
+        row["start"],
+        row["end"],
+        _codec.decode(row["content"]),
+        row["token_count"],
+        row["created_at"],
+    )
+    return _rules.summary_row(cid, row["seq"], summary)
+
+
+def _items(cid: str, name: str, rows: Sequence[Sequence[Any]], first: int) -> list[dict[str, Any]]:
+    validate_id(name, what="list name")
+    out = []
+    for i, (idx, value, blob) in enumerate(rows):
+        if idx != first + i:
+            raise InvalidMessage(f"list {name!r}: item {idx} where {first + i} was expected")
+        if value is None:
+            stored: tuple[str | None, bytes | None] = (None, bytes(blob))
+        else:
+            stored = _rules.item(_codec.decode(value))
+        out.append(
+            {
+                "conversation_id": cid,
+                "name": name,
+                "idx": idx,
+                "value": stored[0],
+                "blob": stored[1],
+            }
+        )
+    return out

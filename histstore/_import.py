@@ -1,0 +1,277 @@
+"""Import: read an export file, check every record by the store's rules, write it.
+
+Every record goes through the rules ``write`` and ``save`` apply (``_rules``): message
+JSON and size, token counts, times, ids, system prompts, metadata, summaries and list
+items; positions must run 0 to N-1 in order and every count (a conversation's messages,
+a list's items, the footer's totals) must match what the file holds. A value the store
+refuses is a ``FormatError`` naming the line, raised before anything of that
+conversation is stored; the conversations before it are kept, whatever ``batch`` is.
+
+A conversation already at the destination is made equal to the file's, writing only
+what differs (``_transfer_sync``); one that is equal already counts as skipped. So
+importing a file again, or a corrected file, converges to the same store. Conversations
+only at the destination are left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from . import _codec, _rules
+from ._errors import InvalidMessage
+from ._models import Summary
+from ._store import Store
+from ._transfer_format import (
+    DEFAULT_BATCH,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    Progress,
+    Reader,
+    TransferStats,
+    now,
+)
+from ._transfer_sync import Incoming
+from ._transfer_write import Writer
+
+__all__ = ["import_store"]
+
+
+async def import_store(
+    store: Store,
+    lines: Iterable[bytes],
+    *,
+    batch: int = DEFAULT_BATCH,
+    progress: Progress | None = None,
+) -> TransferStats:
+    """Import an export file (given as its lines) into ``store`` (see the module doc).
+
+    Through a scoped view every conversation becomes the view's user's; an id taken by
+    a conversation the view may not see is ``NotFound``.
+
+    Raises:
+        FormatError: the file is not a valid export, or holds a value the store refuses
+            (names the line); the conversations before that one are imported.
+        NotFound: a scoped view may not see a conversation of the file.
+    """
+    if batch < 1:
+        raise ValueError("batch must be at least 1")
+    stats = TransferStats()
+    reader = Reader(lines, stats)
+    _header(reader)
+    ctx = store._ctx
+
+    def done(incoming: Incoming, changed: bool) -> None:
+        if changed:
+            stats.conversations += 1
+            stats.messages += incoming.length
+        else:
+            stats.skipped += 1
+
+    counted = [0, 0]  # conversation and message records read
+    async with Writer(ctx, batch=batch, action="import", done=done) as writer:
+        while (record := reader.next()) is not None:
+            kind = record.get("type")
+            if kind == "footer":
+                _footer(reader, record, counted)
+                break
+            if kind != "conversation":
+                raise reader.error(f"expected a conversation record, found {kind!r}")
+            counted[0] += 1
+            incoming = _incoming(reader, record)
+            writer.begin(incoming)
+            await _conversation(reader, writer, incoming, batch, ctx.settings.max_message_bytes)
+            counted[1] += incoming.length
+            await writer.end()
+            if progress is not None:
+                progress(stats)
+        else:
+            raise reader.error(
+                "the file ends before its footer (truncated?);"
+                " the conversations before this point were imported"
+            )
+    return stats
+
+
+def _header(reader: Reader) -> None:
+    header = reader.next()
+    if header is None or header.get("format") != FORMAT_NAME:
+        raise reader.error("not a histstore export (no header)")
+    version = header.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise reader.error("the header has no valid 'version'")
+    if version > FORMAT_VERSION:
+        raise reader.error(
+            f"the file is format version {version}; this histstore reads version"
+            f" {FORMAT_VERSION} (upgrade histstore)"
+        )
+
+
+def _footer(reader: Reader, record: dict[str, Any], counted: list[int]) -> None:
+    for key, seen in zip(("conversations", "messages"), counted, strict=True):
+        said = reader.count(record, key)
+        if said != seen:
+            raise reader.error(
+                f"the footer counts {said} {key} where the file holds {seen}"
+                " (conversations missing?)"
+            )
+    if reader.next() is not None:
+        raise reader.error("records after the footer")
+
+
+def _incoming(reader: Reader, record: dict[str, Any]) -> Incoming:
+    cid = reader.ident(record, "id", "conversation id")
+    user = record.get("user")
+    if user is not None:
+        user = reader.ident(record, "user", "user")
+    prompt = record.get("system_prompt")
+    if prompt is not None:
+        prompt = reader.rule(_codec.check_text, prompt, what=f"the system prompt of {cid!r}")
+    return Incoming(
+        cid,
+        user,
+        prompt,
+        reader.count(record, "messages"),
+        reader.time(record, "created_at"),
+        reader.time(record, "updated_at"),
+        metadata=reader.metadata(cid, record.get("metadata")),
+    )
+
+
+class _Messages:
+    """Message records of one conversation, checked and handed over a batch at a time."""
+
+    def __init__(self, reader: Reader, writer: Writer, cid: str, limit: int) -> None:
+        self.reader, self.writer, self.cid, self.limit = reader, writer, cid, limit
+        self.count = 0
+        self._data: list[Any] = []
+        self._tokens: list[Any] = []
+        self._times: list[datetime] = []
+        self._lines: list[int] = []
+
+    def add(self, record: dict[str, Any]) -> None:
+        reader = self.reader
+        position = record.get("position")
+        if position != self.count or type(position) is not int:  # one check when fine
+            got = reader.count(record, "position")
+            raise reader.error(
+                f"conversation {self.cid!r}: message at position {got} where"
+                f" {self.count} was expected"
+            )
+        self.count += 1
+        self._data.append(record.get("data"))
+        self._tokens.append(record.get("token_count"))
+        self._times.append(reader.time(record, "created_at"))
+        self._lines.append(reader.number)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    async def flush(self) -> None:
+        if not self._data:
+            return
+        first = self.count - len(self._data)
+        checked = self._prepare(self._data, self._tokens, self._times)
+        if checked is None:  # find the first refused record, to name its line
+            for i, line in enumerate(self._lines):
+                args = (self._data[i : i + 1], self._tokens[i : i + 1], self._times[i : i + 1])
+                try:
+                    self._prepare(*args, quiet=False)
+                except InvalidMessage as exc:
+                    raise self.reader.error(str(exc), line) from None
+            raise self.reader.error(f"conversation {self.cid!r}: a message is refused")
+        self._data, self._tokens, self._times, self._lines = [], [], [], []
+        await self.writer.messages(checked.rows(self.cid, first, now()))
+
+    def _prepare(
+        self, data: list[Any], tokens: list[Any], times: list[datetime], *, quiet: bool = True
+    ) -> _rules.Batch | None:
+        try:
+            return _rules.prepare_batch(
+                self.cid,
+                data,
+                max_message_bytes=self.limit,
+                count_tokens=None,
+                tokens=tokens,
+                times=times,
+            )
+        except InvalidMessage:
+            if quiet:
+                return None
+            raise
+
+
+async def _conversation(
+    reader: Reader, writer: Writer, incoming: Incoming, batch: int, limit: int
+) -> None:
+    cid = incoming.id
+    messages = _Messages(reader, writer, cid, limit)
+    lists: set[str] = set()
+    while True:
+        record = reader.next()
+        if record is None:
+            raise reader.error(f"the file ends inside conversation {cid!r} (truncated?)")
+        kind = record.get("type")
+        if kind == "message":
+            messages.add(record)
+            if len(messages) >= batch:
+                await messages.flush()
+            continue
+        await messages.flush()
+        if kind == "summary":
+            writer.summary(_summary(reader, record, cid, len(incoming.summaries)))
+        elif kind == "list":
+            name = reader.ident(record, "name", "list name")
+            length = reader.count(record, "length")
+            if name in lists:
+                raise reader.error(f"conversation {cid!r}: list {name!r} comes twice")
+            lists.add(name)
+            await writer.open_list(name, length)
+            await _items(reader, writer, cid, name, length, batch)
+        elif kind == "end":
+            if record.get("id") != cid:
+                raise reader.error(f"the end record does not match conversation {cid!r}")
+            break
+        else:
+            raise reader.error(f"unexpected {kind!r} record in conversation {cid!r}")
+    if messages.count != incoming.length:
+        raise reader.error(
+            f"conversation {cid!r} has {messages.count} messages where its record"
+            f" says {incoming.length}"
+        )
+
+
+def _summary(reader: Reader, record: dict[str, Any], cid: str, seq: int) -> dict[str, Any]:
+    created = reader.time(record, "created_at")
+
+    def check() -> dict[str, Any]:
+        summary = Summary(
+            record.get("start"),  # type: ignore[arg-type]  # Summary checks them
+            record.get("end"),  # type: ignore[arg-type]
+            record.get("content"),
+            record.get("token_count"),
+            created,
+        )
+        return _rules.summary_row(cid, seq, summary)
+
+    return reader.rule(check)
+
+
+async def _items(
+    reader: Reader, writer: Writer, cid: str, name: str, length: int, batch: int
+) -> None:
+    rows: list[dict[str, Any]] = []
+    for idx in range(length):
+        record = reader.next()
+        if record is None or record.get("type") != "item":
+            raise reader.error(f"conversation {cid!r}: list {name!r} is missing items")
+        value, blob = reader.item(record)
+        rows.append(
+            {"conversation_id": cid, "name": name, "idx": idx, "value": value, "blob": blob}
+        )
+        if len(rows) >= batch:
+            await writer.items(rows)
+            rows = []
+    if rows:
+        await writer.items(rows)
