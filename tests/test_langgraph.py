@@ -1,0 +1,630 @@
+"""HiststoreSaver: LangGraph's checkpoint conformance suite and real graphs, every backend."""
+
+from __future__ import annotations
+
+import asyncio
+import operator
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from alembic import command
+from helpers import empty_pg_database
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import tool
+from langgraph.checkpoint.base import (
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+)
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+from langgraph.checkpoint.conformance.test_utils import (
+    generate_checkpoint,
+    generate_metadata,
+)
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command, interrupt
+from sqlalchemy import inspect, text
+from sqlalchemy.engine import Connection
+
+import histstore
+from histstore import ConflictError, HistStoreError, InvalidId, InvalidMessage, NotFound
+from histstore._migrations import alembic_config
+from histstore.checkpoints import CheckpointStore
+from histstore.integrations.langgraph import HiststoreSaver
+
+CHECKPOINT_TABLES = {
+    "histstore_checkpoint_threads",
+    "histstore_checkpoints",
+    "histstore_checkpoint_blobs",
+    "histstore_checkpoint_writes",
+}
+
+
+def threads_named(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == name]
+
+
+@pytest.fixture(autouse=True)
+def no_thread_left_behind() -> Iterator[None]:
+    before = len(threads_named("histstore-langgraph"))
+    yield
+    assert len(threads_named("histstore-langgraph")) == before
+
+
+def thread_config(thread_id: str, **configurable: Any) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, **configurable}}
+
+
+def new_thread() -> str:
+    return f"thread-{uuid.uuid4().hex}"
+
+
+# ---------------------------------------------------------------------- conformance
+
+
+class SyncInWorkerThreads(BaseCheckpointSaver[str]):
+    """Presents a saver's sync methods to the (async) conformance suite: every call runs
+    the sync method in a worker thread, as LangGraph's sync runtime does."""
+
+    def __init__(self, inner: HiststoreSaver) -> None:
+        super().__init__(serde=inner.serde)
+        self.inner = inner
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.inner.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        found = await asyncio.to_thread(
+            lambda: list(self.inner.list(config, filter=filter, before=before, limit=limit))
+        )
+        for item in found:
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.inner.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.inner.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.inner.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.inner.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.inner.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.inner.prune, thread_ids, strategy=strategy)
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        return self.inner.get_next_version(current, channel)
+
+
+@pytest.mark.parametrize("calls", ["async", "sync-in-threads"])
+async def test_conformance_suite_passes_every_capability(backend, calls):
+    async with backend.connect() as store:
+
+        @checkpointer_test(name=f"HiststoreSaver-{backend.name}-{calls}")
+        async def saver() -> AsyncIterator[BaseCheckpointSaver[str]]:
+            inner = HiststoreSaver(store)
+            yield inner if calls == "async" else SyncInWorkerThreads(inner)
+
+        report = await validate(saver)
+    assert set(report.results) == {c.value for c in ALL_CAPABILITIES}
+    problems = {
+        name: (r.detected, r.failures) for name, r in report.results.items() if r.passed is not True
+    }
+    assert not problems
+    assert report.conformance_level() == "FULL"
+
+
+async def test_conformance_suite_through_an_owned_store(shared_backend):
+    """The saver opens and closes its own store (given a URL or path)."""
+
+    @checkpointer_test(name=f"HiststoreSaver-owned-{shared_backend.name}")
+    async def saver() -> AsyncIterator[BaseCheckpointSaver[str]]:
+        async with HiststoreSaver(shared_backend.url) as owned:
+            yield owned
+
+    report = await validate(saver)
+    assert report.conformance_level() == "FULL", report.to_dict()
+
+
+# ---------------------------------------------------------------------- real graphs
+
+
+@tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"It is sunny in {city}."
+
+
+def tool_loop(model: GenericFakeChatModel, seen: list[int]) -> StateGraph[Any]:
+    """An agent: the model, then tools while it asks for them, then the end."""
+
+    async def agent(state: MessagesState) -> dict[str, list[BaseMessage]]:
+        seen.append(len(state["messages"]))
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode([get_weather]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder
+
+
+def call_weather(city: str, call_id: str) -> AIMessage:
+    return AIMessage(
+        "", tool_calls=[{"name": "get_weather", "args": {"city": city}, "id": call_id}]
+    )
+
+
+async def test_tool_loop_over_several_turns_resumes_on_a_new_saver(shared_backend):
+    thread = new_thread()
+    config = thread_config(thread)
+    replies = iter(
+        [
+            call_weather("Paris", "call-1"),
+            AIMessage("Sunny in Paris."),
+            AIMessage("You asked about Paris."),
+            call_weather("Oslo", "call-2"),
+            AIMessage("Sunny in Oslo too."),
+        ]
+    )
+    model = GenericFakeChatModel(messages=replies)
+    seen: list[int] = []
+
+    async with shared_backend.connect() as store:
+        graph = tool_loop(model, seen).compile(checkpointer=HiststoreSaver(store))
+        out = await graph.ainvoke({"messages": [HumanMessage("Weather in Paris?")]}, config)
+        assert [type(m) for m in out["messages"]] == [
+            HumanMessage,
+            AIMessage,
+            ToolMessage,
+            AIMessage,
+        ]
+        assert out["messages"][2].content == "It is sunny in Paris."
+        out = await graph.ainvoke({"messages": [HumanMessage("What did I ask?")]}, config)
+        assert out["messages"][-1].content == "You asked about Paris."
+        history = [s async for s in graph.aget_state_history(config)]
+        assert len(history) >= 8
+
+    # A new process would do this: a new store and saver on the same database.
+    async with shared_backend.connect() as store:
+        graph = tool_loop(model, seen).compile(checkpointer=HiststoreSaver(store))
+        state = await graph.aget_state(config)
+        assert len(state.values["messages"]) == 6
+        assert state.next == ()
+        out = await graph.ainvoke({"messages": [HumanMessage("And Oslo?")]}, config)
+    contents = [m.content for m in out["messages"]]
+    assert contents[-3:] == ["", "It is sunny in Oslo.", "Sunny in Oslo too."]
+    assert len(contents) == 10
+    # The model saw the whole history each time, the resumed turn included.
+    assert seen == [1, 3, 5, 7, 9]
+
+
+class Outer(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+class Inner(TypedDict):
+    log: Annotated[list[str], operator.add]
+
+
+def interrupting_graph() -> StateGraph[Any]:
+    """A parent graph whose subgraph asks for approval (an interrupt) half way."""
+
+    def draft(state: Inner) -> dict[str, list[str]]:
+        return {"log": ["drafted"]}
+
+    def approve(state: Inner) -> dict[str, list[str]]:
+        answer = interrupt({"question": "approve?", "seen": list(state["log"])})
+        return {"log": [f"approved:{answer}"]}
+
+    sub = StateGraph(Inner)
+    sub.add_node("draft", draft)
+    sub.add_node("approve", approve)
+    sub.add_edge(START, "draft")
+    sub.add_edge("draft", "approve")
+    sub.add_edge("approve", END)
+
+    def start(state: Outer) -> dict[str, list[str]]:
+        return {"log": ["started"]}
+
+    def finish(state: Outer) -> dict[str, list[str]]:
+        return {"log": ["finished"]}
+
+    builder = StateGraph(Outer)
+    builder.add_node("start", start)
+    builder.add_node("review", sub.compile())
+    builder.add_node("finish", finish)
+    builder.add_edge(START, "start")
+    builder.add_edge("start", "review")
+    builder.add_edge("review", "finish")
+    builder.add_edge("finish", END)
+    return builder
+
+
+async def test_interrupt_in_a_subgraph_resumes_on_a_new_saver_sync(shared_backend):
+    """The sync runtime (``invoke`` in a worker thread) with a borrowed store."""
+    thread = new_thread()
+    config = thread_config(thread)
+
+    async with shared_backend.connect() as store:
+        graph = interrupting_graph().compile(checkpointer=HiststoreSaver(store))
+        out = await asyncio.to_thread(graph.invoke, {"log": []}, config)
+        (pending,) = out["__interrupt__"]
+        assert pending.value == {"question": "approve?", "seen": ["started", "drafted"]}
+        state = await asyncio.to_thread(graph.get_state, config, subgraphs=True)
+        assert state.next == ("review",)
+        assert state.tasks[0].state is not None  # the subgraph's own checkpoint
+        assert state.tasks[0].state.next == ("approve",)
+
+    async with shared_backend.connect() as store:
+        graph = interrupting_graph().compile(checkpointer=HiststoreSaver(store))
+        out = await asyncio.to_thread(graph.invoke, Command(resume="yes"), config)
+        assert out["log"] == ["started", "started", "drafted", "approved:yes", "finished"]
+        state = await asyncio.to_thread(graph.get_state, config)
+        assert state.next == ()
+        # A second run on the same thread starts from the finished state.
+        out = await asyncio.to_thread(graph.invoke, {"log": ["again"]}, config)
+        assert out["__interrupt__"]
+
+
+async def test_interrupt_in_a_subgraph_async_then_sync_only_program(shared_backend):
+    """Interrupted by an async run; resumed by a sync-only program owning its saver."""
+    thread = new_thread()
+    config = thread_config(thread)
+    async with HiststoreSaver(shared_backend.url) as saver:
+        graph = interrupting_graph().compile(checkpointer=saver)
+        out = await graph.ainvoke({"log": []}, config)
+        assert out["__interrupt__"]
+
+    def program() -> dict[str, Any]:
+        with HiststoreSaver(shared_backend.url) as saver:
+            graph = interrupting_graph().compile(checkpointer=saver)
+            assert graph.get_state(config).next == ("review",)
+            return graph.invoke(Command(resume="ok"), config)
+
+    out = await asyncio.to_thread(program)
+    assert out["log"][-2:] == ["approved:ok", "finished"]
+
+
+# ---------------------------------------------------------------------- sync rules
+
+
+async def test_sync_methods_refuse_a_running_loop(store):
+    saver = HiststoreSaver(store)
+    config = thread_config(new_thread())
+    with pytest.raises(RuntimeError, match=r"saver\.aget_tuple"):
+        saver.get_tuple(config)
+    with pytest.raises(RuntimeError, match=r"saver\.alist"):
+        saver.list(config)
+    with pytest.raises(RuntimeError, match=r"saver\.aput\("):
+        saver.put(config, generate_checkpoint(), generate_metadata(), {})
+    with pytest.raises(RuntimeError, match=r"saver\.aput_writes"):
+        saver.put_writes(thread_config("t", checkpoint_id="x"), [("ch", 1)], "task")
+    with pytest.raises(RuntimeError, match=r"saver\.adelete_thread"):
+        saver.delete_thread("t")
+    with pytest.raises(RuntimeError, match=r"saver\.aclose"):
+        saver.close()
+    assert await saver.aget_tuple(config) is None  # nothing was written or broken
+
+
+async def test_borrowed_store_without_its_loop_refuses_sync_calls(store):
+    saver = await asyncio.to_thread(HiststoreSaver, store)  # made outside any loop
+    with pytest.raises(RuntimeError, match="event loop its Store runs on"):
+        await asyncio.to_thread(saver.get_tuple, thread_config("t"))
+    await saver.aget_tuple(thread_config("t"))  # an async call makes its loop the home
+    assert await asyncio.to_thread(saver.get_tuple, thread_config("t")) is None
+
+
+async def test_owned_store_sync_first_then_async_then_closed(shared_backend):
+    thread = new_thread()
+    saver = await asyncio.to_thread(HiststoreSaver, shared_backend.url)
+    stored = await asyncio.to_thread(
+        saver.put, thread_config(thread, checkpoint_ns=""), generate_checkpoint(), {}, {}
+    )
+    # The store lives on the saver's private loop thread; async calls are handed to it.
+    found = await saver.aget_tuple(stored)
+    assert found is not None
+    assert found.config["configurable"]["checkpoint_id"] == stored["configurable"]["checkpoint_id"]
+    assert [t async for t in saver.alist(thread_config(thread))] == [found]
+    await saver.aclose()
+    with pytest.raises(HistStoreError, match="closed"):
+        await saver.aget_tuple(stored)
+
+
+# ---------------------------------------------------------------------- semantics
+
+
+async def put(saver: HiststoreSaver, thread: str, **kw: Any) -> RunnableConfig:
+    parent = kw.pop("parent", None)
+    config = thread_config(thread, checkpoint_ns=kw.pop("ns", ""))
+    if parent is not None:
+        config["configurable"]["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
+    values = kw.pop("values", {})
+    cp = generate_checkpoint(channel_values=values)
+    versions = {k: saver.get_next_version(None, None) for k in values}
+    cp["channel_versions"] = versions
+    return await saver.aput(config, cp, generate_metadata(**kw), versions)
+
+
+async def test_values_are_stored_once_per_version(store):
+    saver = HiststoreSaver(store)
+    thread = new_thread()
+    big = {"messages": [{"role": "user", "content": "x" * 1000}]}
+    first = await put(saver, thread, values={"a": big, "b": [1, 2], "s": "scalar"})
+    cp = generate_checkpoint(channel_values={"a": big, "b": [1, 2, 3], "s": "scalar"})
+    previous = (await saver.aget_tuple(first)).checkpoint["channel_versions"]  # type: ignore[union-attr]
+    cp["channel_versions"] = {**previous, "b": saver.get_next_version(previous["b"], None)}
+    config = thread_config(
+        thread, checkpoint_ns="", checkpoint_id=first["configurable"]["checkpoint_id"]
+    )
+    second = await saver.aput(
+        config, cp, generate_metadata(step=1), {"b": cp["channel_versions"]["b"]}
+    )
+    got = await saver.aget_tuple(second)
+    assert got is not None
+    assert got.checkpoint["channel_values"] == {"a": big, "b": [1, 2, 3], "s": "scalar"}
+    assert got.parent_config is not None
+    async with store.engine.connect() as conn:
+        blobs = (
+            (
+                await conn.execute(
+                    text("SELECT channel FROM histstore_checkpoint_blobs WHERE thread_id = :t"),
+                    {"t": thread},
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert sorted(blobs) == ["a", "b", "b"]  # "a" once; scalars stay in the checkpoint
+    await saver.aprune([thread])
+    latest = await saver.aget_tuple(thread_config(thread, checkpoint_ns=""))
+    assert latest is not None
+    assert latest.checkpoint["channel_values"] == got.checkpoint["channel_values"]
+    assert latest.parent_config is None
+    async with store.engine.connect() as conn:
+        count = (
+            await conn.execute(
+                text("SELECT count(*) FROM histstore_checkpoint_blobs WHERE thread_id = :t"),
+                {"t": thread},
+            )
+        ).scalar()
+    assert count == 2  # the old "b" went with the checkpoint that read it
+
+
+async def test_versions_increase_and_differ_between_branches(store):
+    saver = HiststoreSaver(store)
+    one = saver.get_next_version(None, None)
+    assert saver.get_next_version(one, None) > one
+    assert saver.get_next_version(one, None) != saver.get_next_version(one, None)
+    assert saver.get_next_version(3, None).startswith("0" * 31 + "4.")  # type: ignore[arg-type]
+
+
+async def test_list_across_threads_pages_and_filters(store):
+    saver = HiststoreSaver(store)
+    threads = [new_thread() for _ in range(3)]
+    for t in threads:
+        parent = None
+        for step in range(120):
+            parent = await put(saver, t, parent=parent, step=step, source="loop")
+    listed = [c async for c in saver.alist(thread_config(threads[0]))]
+    assert len(listed) == 120
+    ids = [c.checkpoint["id"] for c in listed]
+    assert ids == sorted(ids, reverse=True)
+    everything = [c async for c in saver.alist(None, filter={"step": 7})]
+    assert sorted(c.config["configurable"]["thread_id"] for c in everything) == sorted(threads)
+    assert len([c async for c in saver.alist(None, limit=250)]) == 250
+    few = [
+        c async for c in saver.alist(thread_config(threads[1]), filter={"source": "loop"}, limit=3)
+    ]
+    assert [c.metadata["step"] for c in few] == [119, 118, 117]
+    one = [c async for c in saver.alist(thread_config(threads[2], checkpoint_id=ids[0]))]
+    assert one == []  # that id belongs to another thread
+    assert [c async for c in saver.alist(thread_config(threads[0]), limit=0)] == []
+
+
+async def test_copy_thread_refuses_an_existing_target_and_unknown_source(store):
+    saver = HiststoreSaver(store)
+    source, target = new_thread(), new_thread()
+    await put(saver, source)
+    await put(saver, target)
+    with pytest.raises(ConflictError):
+        await saver.acopy_thread(source, target)
+    with pytest.raises(NotFound):
+        await saver.acopy_thread(new_thread(), new_thread())
+
+
+async def test_scoped_store_confines_threads_to_their_owner(store):
+    alice = HiststoreSaver(store.scoped("alice"))
+    bob = HiststoreSaver(store.scoped("bob"))
+    everyone = HiststoreSaver(store)
+    thread = new_thread()
+    stored = await put(alice, thread, values={"v": [1]})
+    await alice.aput_writes(stored, [("ch", "w")], "task-1")
+
+    assert await bob.aget_tuple(stored) is None
+    assert [c async for c in bob.alist(thread_config(thread))] == []
+    assert [c async for c in bob.alist(None)] == []
+    with pytest.raises(NotFound):
+        await put(bob, thread)
+    with pytest.raises(NotFound):
+        await bob.aput_writes(stored, [("ch", "w")], "task-2")
+    with pytest.raises(NotFound):
+        await bob.acopy_thread(thread, new_thread())
+    await bob.adelete_thread(thread)
+    await bob.aprune([thread], strategy="delete")
+    await bob.adelete_for_runs(["run"])
+    assert await alice.aget_tuple(stored) is not None
+
+    seen = await everyone.aget_tuple(stored)
+    assert seen is not None
+    assert seen.pending_writes == [("task-1", "ch", "w")]
+    copy = new_thread()
+    await alice.acopy_thread(thread, copy)
+    assert await alice.aget_tuple(thread_config(copy)) is not None
+    assert await bob.aget_tuple(thread_config(copy)) is None
+    await alice.adelete_thread(thread)
+    assert await everyone.aget_tuple(stored) is None
+
+
+async def test_bad_input_gets_typed_errors_and_writes_nothing(store):
+    saver = HiststoreSaver(store)
+    cp = generate_checkpoint()
+    for bad in ("", " padded", "x" * 256, "nul\x00"):
+        with pytest.raises(InvalidId):
+            await saver.aput(thread_config(bad, checkpoint_ns=""), cp, {}, {})
+        with pytest.raises(InvalidId):
+            await saver.aget_tuple(thread_config(bad))
+    with pytest.raises(InvalidId, match="thread_id"):
+        await saver.aget_tuple({"configurable": {}})
+    thread = new_thread()
+    with pytest.raises(InvalidMessage):
+        await saver.aput(
+            thread_config(thread, checkpoint_ns=""), cp, {"step": 1, "when": object()}, {}
+        )  # type: ignore[typeddict-unknown-key]
+    with pytest.raises(InvalidMessage):
+        await saver.aput(thread_config(thread, checkpoint_ns=""), cp, {"x": float("nan")}, {})  # type: ignore[typeddict-unknown-key]
+    assert await saver.aget_tuple(thread_config(thread)) is None
+    with pytest.raises(ValueError, match="strategy"):
+        await saver.aprune([thread], strategy="everything")
+    with pytest.raises(TypeError):
+        HiststoreSaver(object())  # type: ignore[arg-type]
+    uuid_thread = uuid.uuid4()
+    stored = await saver.aput(thread_config(uuid_thread, checkpoint_ns=""), cp, {}, {})  # type: ignore[arg-type]
+    assert stored["configurable"]["thread_id"] == str(uuid_thread)
+    assert await saver.aget_tuple(thread_config(str(uuid_thread))) is not None
+
+
+async def test_keep_latest_refuses_delta_channel_threads(store):
+    saver = HiststoreSaver(store)
+    thread = new_thread()
+    first = await put(saver, thread)
+    await put(saver, thread, parent=first, counters_since_delta_snapshot={"ch": [1, 1]})
+    with pytest.raises(NotImplementedError, match="DeltaChannel"):
+        await saver.aprune([thread])
+    assert len([c async for c in saver.alist(thread_config(thread))]) == 2
+    await saver.aprune([thread], strategy="delete")
+    assert [c async for c in saver.alist(thread_config(thread))] == []
+
+
+# ---------------------------------------------------------------------- storage details
+
+
+async def test_sqlite_writes_use_the_stores_settings_and_begin_immediate(tmp_path: Path):
+    path = tmp_path / "lock.db"
+    async with histstore.connect(path, durability="process", busy_timeout=0.2) as store:
+        options = store._executor._engines["write"].get_execution_options()
+        settings = options["histstore_sqlite"]
+        assert (settings.synchronous, settings.busy_timeout_ms) == ("NORMAL", 200)
+        assert options["histstore_begin"] == "BEGIN IMMEDIATE"
+        assert CheckpointStore(store)._executor is store._executor  # writes go through it
+        saver = HiststoreSaver(store)
+        import sqlite3
+
+        other = sqlite3.connect(path, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            with pytest.raises(HistStoreError) as info:
+                await put(saver, new_thread())
+            assert not isinstance(info.value, (InvalidId, InvalidMessage))
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+        await put(saver, new_thread())
+
+
+@pytest.fixture(params=["sqlite-file", "postgres"])
+async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    if request.param == "sqlite-file":
+        yield f"sqlite:///{tmp_path / 'migrate.db'}"
+    else:
+        request.getfixturevalue("pg_url")  # skips (or fails) without a server
+        async with empty_pg_database() as url:
+            yield url
+
+
+async def _alembic(store: histstore.Store, action: str, *args: str) -> None:
+    def run(conn: Connection) -> None:
+        getattr(command, action)(alembic_config(conn), *args)
+
+    async with store.engine.begin() as conn:
+        await conn.run_sync(run)
+
+
+async def _tables(store: histstore.Store) -> set[str]:
+    async with store.engine.connect() as conn:
+        names = await conn.run_sync(lambda c: inspect(c).get_table_names())
+    return {n for n in names if n.startswith("histstore_")}
+
+
+async def test_migration_upgrades_and_downgrades_a_database_holding_data(empty_url):
+    async with histstore.connect(empty_url, migrate=False) as store:
+        await _alembic(store, "upgrade", "3066f0ac1a5e")
+        assert not (await _tables(store)) & CHECKPOINT_TABLES
+        await store.write("conv", [{"role": "user", "content": "kept"}])
+        await store.merge_metadata("conv", {"k": 1})
+
+        await _alembic(store, "upgrade", "head")
+        assert await _tables(store) >= CHECKPOINT_TABLES
+        await _alembic(store, "check")
+        assert [m.content for m in await store.read("conv")] == ["kept"]
+        saver = HiststoreSaver(store)
+        thread = new_thread()
+        stored = await put(saver, thread, values={"v": {"x": 1}})
+        await saver.aput_writes(stored, [("ch", 1)], "task")
+
+        await _alembic(store, "downgrade", "3066f0ac1a5e")
+        assert not (await _tables(store)) & CHECKPOINT_TABLES
+        assert [m.content for m in await store.read("conv")] == ["kept"]
+        assert await store.metadata("conv") == {"k": 1}
+
+        await _alembic(store, "upgrade", "head")
+        assert await HiststoreSaver(store).aget_tuple(thread_config(thread)) is None
+    async with histstore.connect(empty_url) as store:  # current: opens without migrating
+        assert await store.count("conv") == 1
+
+
+def test_import_without_langgraph_names_the_extra():
+    code = "import sys; sys.modules['langgraph'] = None\nimport histstore.integrations.langgraph\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "ImportError" in proc.stderr
+    assert "pip install 'histstore[langgraph]'" in proc.stderr
