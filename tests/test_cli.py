@@ -6,8 +6,10 @@ in a child process exactly as a user would run it.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
+import sys
 import textwrap
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -393,14 +395,16 @@ async def test_fork_clear_and_purge(shared_backend: Any) -> None:
         assert await store.list_load(target, "steps") == await store.list_load(cid, "steps")
     assert_one_line_error(await run("fork", cid, target, "--url", url), target)
 
-    cleared = await ok("clear", long_id, "--url", url)
+    cleared = await ok("clear", long_id, "--url", url, "--yes")
     assert "2,500 messages" in cleared.out
     async with shared_backend.connect() as store:
         assert not await store.exists(long_id)
-    assert_one_line_error(await run("clear", long_id, "--url", url), long_id, "not found")
+    missing = await run("clear", long_id, "--url", url, "--yes")
+    assert_one_line_error(missing, long_id, "not found")
 
     dry = await ok("purge", "--idle", "30d", "--dry-run", "--url", url)
-    assert dry.out.startswith("0 conversations")
+    assert dry.out == ""
+    assert dry.err.startswith("0 conversations")
     await asyncio.sleep(1.1)
     purged = await ok("purge", "--idle", "1s", "--url", url)
     assert purged.out.startswith("purged 3 conversations")
@@ -426,6 +430,288 @@ async def test_bad_duration_is_a_usage_error(sqlite_url: str) -> None:
     assert "Traceback" not in result.err
 
 
+# ---------------------------------------------------------------------------- operators (issue 9)
+
+
+async def test_ls_json_lists_particulars(shared_backend: Any) -> None:
+    ids = await seed(shared_backend.url)
+    result = await ok("ls", "--json", "--order", "id", "--asc", "--url", shared_backend.url)
+    records = [json.loads(line) for line in result.out.splitlines()]
+    assert [r["id"] for r in records] == sorted(ids)
+    first = next(r for r in records if r["id"] == ids[0])
+    assert first["user"] == "alice"
+    assert first["length"] == 6
+    assert first["system_prompt"] == "You are terse."
+    assert first["lists"] == {"empty-after-this": 0, "steps": 4}
+    assert first["summaries"] == 1
+    assert first["metadata_keys"] == ["nested", "title"]
+    assert datetime.fromisoformat(first["created_at"]) == T0
+    bob = next(r for r in records if r["id"] == ids[2])
+    assert (bob["user"], bob["length"], bob["metadata_keys"]) == ("bob", 0, ["only"])
+    limited = await ok("ls", "--json", "--limit", "1", "--user", "bob", "--url", shared_backend.url)
+    assert [json.loads(line)["id"] for line in limited.out.splitlines()] == [ids[2]]
+
+
+async def test_ls_since_until_and_metadata_filters(shared_backend: Any) -> None:
+    url = shared_backend.url
+    old, new = new_id("old"), new_id("new")
+    async with shared_backend.connect() as store:
+        await store.merge_metadata(old, {"tier": 1, "team": "blue", "tags": ["a", "b"]})
+        await asyncio.sleep(0.05)
+        between = datetime.now(timezone.utc)
+        await asyncio.sleep(0.05)
+        await store.merge_metadata(new, {"tier": "1", "team": "blue"})
+
+    async def listed(*args: str) -> list[str]:
+        result = await ok("ls", "-q", "--order", "updated", "--asc", "--url", url, *args)
+        return result.out.split()
+
+    assert await listed() == [old, new]
+    assert await listed("--since", between.isoformat()) == [new]
+    assert await listed("--until", between.isoformat()) == [old]
+    zulu = between.astimezone(timezone.utc).replace(tzinfo=None).isoformat() + "Z"
+    assert await listed("--since", zulu) == [new]
+    assert await listed("--since", "2000-01-01", "--until", "1d") == []
+    assert await listed("--since", "1h") == [old, new]
+    assert await listed("--metadata", "tier=1") == [old]  # JSON 1, not the string "1"
+    assert await listed("--metadata", 'tier="1"') == [new]
+    assert await listed("--metadata", "team=blue") == [old, new]  # not JSON: a string
+    assert await listed("--metadata", "team=blue", "--metadata", "tier=1") == [old]
+    assert await listed("--metadata", 'tags=["a","b"]') == [old]
+    assert await listed("--metadata", "team=red") == []
+    assert await listed("--metadata", "team=blue", "--since", between.isoformat()) == [new]
+    table = await ok("ls", "--url", url, "--metadata", "team=blue", "--limit", "1")
+    assert "1 of 2 conversations shown" in table.out
+    for bad in (["--since", "yesterday"], ["--until", "2024-13-01"], ["--metadata", "novalue"]):
+        result = await run("ls", "--url", url, *bad)
+        assert result.code == 2, result.err
+        assert "Traceback" not in result.err
+
+
+async def test_stats_json(shared_backend: Any) -> None:
+    await seed(shared_backend.url)
+    result = await ok("stats", "--json", "--url", shared_backend.url)
+    figures = json.loads(result.out)
+    expected = {
+        "conversations": 3,
+        "messages": 2506,
+        "longest": 2500,
+        "users": 2,
+        "summaries": 1,
+        "metadata_entries": 3,
+        "lists": 2,
+        "list_items": 4,
+        "user": None,
+    }
+    assert {k: figures[k] for k in expected} == expected
+    assert figures["schema_revision"]
+    assert figures["database"]
+    assert datetime.fromisoformat(figures["first_created"]) == T0
+    assert datetime.fromisoformat(figures["newest_change"]) > T0
+    alice = json.loads(
+        (await ok("stats", "--json", "--user", "alice", "--url", shared_backend.url)).out
+    )
+    assert (alice["conversations"], alice["messages"], alice["list_items"]) == (1, 6, 4)
+    assert (alice["users"], alice["metadata_entries"], alice["user"]) == (1, 2, "alice")
+
+
+async def test_clear_several_ids_or_a_users_conversations(shared_backend: Any) -> None:
+    url = shared_backend.url
+    ids = await seed(url)
+    extra = [new_id("x"), new_id("y")]
+    async with shared_backend.connect() as store:
+        for cid in extra:
+            await store.scoped("carol").write(cid, [Message.user("hi")])
+
+    async def present() -> set[str]:
+        async with shared_backend.connect() as store:
+            return set(await store.conversations())
+
+    everything = set(ids) | set(extra)
+    # Without a terminal, only --yes deletes; nothing is deleted otherwise.
+    refused = await run("clear", extra[0], "--url", url)
+    assert refused.code == 1
+    assert_one_line_error(refused, "--yes")
+    assert await present() == everything
+    # One unknown id: an error, and none of the others is deleted.
+    missing = await run("clear", extra[0], "nope", "--yes", "--url", url)
+    assert_one_line_error(missing, "'nope'", "not found")
+    assert await present() == everything
+    # --user with ids: only that user's.
+    foreign = await run("clear", ids[0], "--user", "carol", "--yes", "--url", url)
+    assert_one_line_error(foreign, ids[0], "not found")
+    both = await ok("clear", ids[0], ids[2], ids[0], "--yes", "--url", url)
+    assert f"cleared {ids[0]!r} (6 messages)" in both.out
+    assert f"cleared {ids[2]!r} (0 messages)" in both.out
+    assert await present() == {ids[1], *extra}
+    carol = await ok("clear", "--user", "carol", "--yes", "--url", url)
+    assert "cleared 2 conversations of user 'carol' (2 messages)" in carol.out
+    assert await present() == {ids[1]}
+    nobody = await ok("clear", "--user", "carol", "--url", url)
+    assert "no conversations" in nobody.out
+    usage = await run("clear", "--yes", "--url", url)
+    assert usage.code == 2
+    assert "--user" in usage.err
+
+
+async def run_on_terminal(*args: str, answer: bytes) -> Result:
+    """Run the command with a pseudo-terminal as stdin, typing ``answer`` into it."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    env = subprocess_env()
+    env["NO_COLOR"] = "1"
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            PYTHON,
+            "-m",
+            "histstore",
+            *args,
+            env=env,
+            stdin=follower,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        os.write(leader, answer)
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+async def test_clear_asks_on_a_terminal(shared_backend: Any) -> None:
+    url = shared_backend.url
+    cid = new_id("ask")
+    async with shared_backend.connect() as store:
+        await store.write(cid, [Message.user("hi"), Message.user("again")])
+    declined = await run_on_terminal("clear", cid, "--url", url, answer=b"n\n")
+    assert declined.code == 1
+    assert f"delete {cid!r} (2 messages)? [y/N]" in declined.err
+    assert "nothing deleted" in declined.err
+    async with shared_backend.connect() as store:
+        assert await store.exists(cid)
+    accepted = await run_on_terminal("clear", cid, "--url", url, answer=b"y\n")
+    assert accepted.code == 0, accepted.err
+    assert f"cleared {cid!r}" in accepted.out
+    async with shared_backend.connect() as store:
+        assert not await store.exists(cid)
+
+
+async def seed_idle(url: str, tmp_path: Path) -> list[str]:
+    """``seed``'s conversations, imported with their last change on 2024-01-03."""
+    scratch = str(tmp_path / f"{uuid4()}.db")
+    ids = await seed(scratch)
+    lines = []
+    for line in (await ok("export", "--url", scratch)).out.splitlines():
+        record = json.loads(line)
+        if record.get("type") == "conversation":
+            record["updated_at"] = "2024-01-03T00:00:00.000000+00:00"
+        lines.append(json.dumps(record) + "\n")
+    await ok("import", "-", "--url", url, stdin="".join(lines).encode())
+    return ids
+
+
+async def test_purge_dry_run_lists_and_user_scopes(shared_backend: Any, tmp_path: Path) -> None:
+    url = shared_backend.url
+    ids = await seed_idle(url, tmp_path)
+    recent = new_id("recent")
+    async with shared_backend.connect() as store:
+        await store.scoped("alice").write(recent, [Message.user("hi")])
+    dry = await ok("purge", "--idle", "30d", "--dry-run", "--url", url)
+    assert dry.out.split() == sorted(ids)
+    assert "3 conversations idle for more than 30d would be purged" in dry.err
+    alice = await ok("purge", "--idle", "30d", "--dry-run", "--user", "alice", "--url", url)
+    assert alice.out.split() == [ids[0]]
+    async with shared_backend.connect() as store:
+        assert set(await store.conversations()) == {*ids, recent}
+    bob = await ok("purge", "--idle", "30d", "--user", "bob", "--url", url)
+    assert bob.out.startswith("purged 1 conversations of user 'bob'")
+    async with shared_backend.connect() as store:
+        assert set(await store.conversations()) == {ids[0], ids[1], recent}
+    rest = await ok("purge", "--idle", "30d", "--url", url)
+    assert rest.out.startswith("purged 2 conversations")
+    async with shared_backend.connect() as store:
+        assert await store.conversations() == [recent]
+
+
+async def test_export_with_user_exports_only_that_users(shared_backend: Any) -> None:
+    url = shared_backend.url
+    ids = await seed(url)
+    foreign = await run("export", ids[0], "--user", "bob", "--url", url)
+    assert_one_line_error(foreign, ids[0], "not found")
+    assert foreign.out == ""
+    mixed = await run("export", ids[2], ids[0], "--user", "bob", "--url", url)
+    assert_one_line_error(mixed, ids[0], "not found")
+    assert mixed.out == ""
+    own = await ok("export", ids[2], "--user", "bob", "--url", url)
+    records = [json.loads(line) for line in own.out.splitlines()]
+    assert [r["id"] for r in records if r.get("type") == "conversation"] == [ids[2]]
+    alices = await ok("export", "--user", "alice", "--url", url)
+    records = [json.loads(line) for line in alices.out.splitlines()]
+    assert [r["id"] for r in records if r.get("type") == "conversation"] == [ids[0]]
+
+
+async def test_show_renders_tool_calls_of_every_shape(shared_backend: Any) -> None:
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from histstore.integrations.langchain import to_stored
+
+    lc_call = {"name": "get_weather", "args": {"city": "Paris"}, "id": "call_lc"}
+    messages: list[dict[str, Any]] = [
+        to_stored(HumanMessage("weather?")),
+        to_stored(AIMessage("", tool_calls=[lc_call])),
+        to_stored(ToolMessage("14 C", tool_call_id="call_lc")),
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_cc",
+                    "type": "function",
+                    "function": {"name": "get_time", "arguments": '{"tz": "UTC"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_cc", "content": "12:00"},
+        {"type": "function_call", "call_id": "fc_1", "name": "lookup", "arguments": '{"q": 1}'},
+        {"type": "function_call_output", "call_id": "fc_1", "output": "found"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Let me check"},
+                {"type": "tool_use", "id": "toolu_1", "name": "search", "input": {"q": "tokyo"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sunny"}],
+        },
+    ]
+    cid = new_id("shapes")
+    async with shared_backend.connect() as store:
+        await store.write(cid, messages)
+    result = await ok("show", cid, "--url", shared_backend.url)
+    rows = {}
+    for line in result.out.splitlines():
+        parts = line.split(maxsplit=3)
+        if len(parts) == 4 and parts[0].isdigit():
+            rows[int(parts[0])] = (parts[2], parts[3])
+    assert rows[1] == ("assistant", '-> get_weather(city="Paris")  [call_lc]')
+    assert rows[2] == ("tool", "<- [call_lc] 14 C")
+    assert rows[3] == ("assistant", '-> get_time(tz="UTC")  [call_cc]')
+    assert rows[4] == ("tool", "<- [call_cc] 12:00")
+    assert rows[5] == ("function_call", "-> lookup(q=1)  [fc_1]")
+    assert rows[6] == ("function_call_output", "<- [fc_1] found")
+    assert rows[7] == ("assistant", "Let me check")
+    assert '-> search(q="tokyo")  [toolu_1]' in result.out
+    assert rows[8] == ("user", "<- [toolu_1] sunny")
+    assert "None(" not in result.out
+    assert "null" not in result.out
+
+
 # ---------------------------------------------------------------------------- errors
 
 
@@ -441,6 +727,35 @@ async def test_user_mistakes_are_one_line_errors(tmp_path: Path, pg_url: str) ->
     async with empty_pg_database() as empty:
         for args in (["ls"], ["show", "x"], ["export"], ["stats"], ["purge", "--idle", "1d"]):
             assert_one_line_error(await run(*args, "--url", empty), "histstore migrate --url")
+
+
+# ---------------------------------------------------------------------------- layering
+
+
+def test_the_command_line_uses_only_public_names() -> None:
+    """The CLI holds no SQL: no SQLAlchemy, no private histstore module (issue 9)."""
+    public = {"histstore", "histstore.admin", "histstore.turns", "histstore.middleware"}
+    package = Path(histstore.__file__).parent / "cli"
+    files = sorted(package.glob("*.py"))
+    assert {f.name for f in files} >= {"__init__.py", "_parse.py", "_commands.py", "_render.py"}
+    for file in files:
+        source = file.read_text()
+        assert len(source.splitlines()) <= 420, file.name
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+                if node.module == "histstore":
+                    names += [f"histstore.{a.name}" for a in node.names if a.name.startswith("_")]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top == "histstore":
+                    assert name in public, (file.name, name)
+                else:
+                    assert top in sys.stdlib_module_names, (file.name, name)
 
 
 # ---------------------------------------------------------------------------- memory

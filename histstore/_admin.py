@@ -1,0 +1,416 @@
+"""The storage side of ``histstore.admin``: the queries behind stats, describe and listing.
+
+Every query runs through ``Store._run`` (the store's one way to reach the database) and
+sees what the store sees: through a scoped view only its user's conversations.
+Migrations and database locations are in ``_admin_schema``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+from sqlalchemy import Select, distinct, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from . import _migrations
+from . import _schema as s
+from ._errors import NotFound
+from ._ids import validate_id
+from ._listing import metadata_filter
+from ._store import Store
+
+__all__ = [
+    "ConversationInfo",
+    "StoreStats",
+    "count_conversations",
+    "describe",
+    "list_conversations",
+    "purge_candidates",
+    "stats",
+]
+
+Order = Literal["id", "created", "updated"]
+
+_conv = s.conversations
+_CHUNK = 500  # ids per IN (...) list
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(timezone.utc).isoformat()
+
+
+# ---------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    """What a store (or a scoped view: its user's part) holds, read in one snapshot.
+
+    Counts cover the conversations the store sees; times are aware UTC ``datetime``
+    values, ``None`` when there is no conversation.
+    """
+
+    conversations: int
+    messages: int
+    longest: int
+    users: int
+    summaries: int
+    metadata_entries: int
+    lists: int
+    list_items: int
+    write_records: int
+    first_created: datetime | None
+    oldest_change: datetime | None
+    newest_change: datetime | None
+    schema_revision: str | None
+    user: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures as a JSON-ready dict (times as ISO 8601 strings)."""
+        return {
+            "conversations": self.conversations,
+            "messages": self.messages,
+            "longest": self.longest,
+            "users": self.users,
+            "summaries": self.summaries,
+            "metadata_entries": self.metadata_entries,
+            "lists": self.lists,
+            "list_items": self.list_items,
+            "write_records": self.write_records,
+            "first_created": _iso(self.first_created),
+            "oldest_change": _iso(self.oldest_change),
+            "newest_change": _iso(self.newest_change),
+            "schema_revision": self.schema_revision,
+            "user": self.user,
+        }
+
+
+@dataclass(frozen=True)
+class ConversationInfo:
+    """One conversation's particulars, without its messages.
+
+    ``lists`` holds ``(name, length)`` pairs by name; ``metadata_keys`` is sorted.
+    """
+
+    id: str
+    user: str | None
+    system_prompt: str | None
+    length: int
+    created_at: datetime
+    updated_at: datetime
+    lists: tuple[tuple[str, int], ...] = ()
+    summaries: int = 0
+    metadata_keys: tuple[str, ...] = ()
+
+    @property
+    def has_system_prompt(self) -> bool:
+        """Whether the conversation has a system prompt."""
+        return self.system_prompt is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The particulars as a JSON-ready dict (times as ISO 8601 strings)."""
+        return {
+            "id": self.id,
+            "user": self.user,
+            "system_prompt": self.system_prompt,
+            "length": self.length,
+            "created_at": _iso(self.created_at),
+            "updated_at": _iso(self.updated_at),
+            "lists": dict(self.lists),
+            "summaries": self.summaries,
+            "metadata_keys": list(self.metadata_keys),
+        }
+
+
+# ---------------------------------------------------------------------------- scope
+
+
+def _scope(store: Store, user: str | None) -> tuple[bool, str | None]:
+    """The owner to filter on, after the view's own; ``(False, _)`` when nothing is visible."""
+    if user is not None:
+        validate_id(user, what="user")
+    owner = store.user
+    if owner is None:
+        return True, user
+    if user is not None and user != owner:
+        return False, None
+    return True, owner
+
+
+def _visible_ids(store: Store) -> Select[Any]:
+    """The ids of the conversations the store sees."""
+    stmt = select(_conv.c.id)
+    if store.user is not None:
+        stmt = stmt.where(_conv.c.owner == store.user)
+    return stmt
+
+
+# ---------------------------------------------------------------------------- stats
+
+
+async def stats(store: Store) -> StoreStats:
+    """Count what the store holds, in one snapshot. A scoped view counts its user's part."""
+    owner = store.user
+
+    async def work(conn: AsyncConnection) -> StoreStats:
+        conv = select(
+            func.count(),
+            func.coalesce(func.sum(_conv.c.length), 0),
+            func.coalesce(func.max(_conv.c.length), 0),
+            func.count(distinct(_conv.c.owner)),
+            func.min(_conv.c.created_at),
+            func.min(_conv.c.updated_at),
+            func.max(_conv.c.updated_at),
+        )
+        if owner is not None:
+            conv = conv.where(_conv.c.owner == owner)
+        row = (await conn.execute(conv)).one()
+        counts: list[int] = []
+        for table in (s.summaries, s.metadata_entries, s.lists, s.list_items, s.writes):
+            stmt = select(func.count()).select_from(table)
+            if owner is not None:
+                stmt = stmt.where(table.c.conversation_id.in_(_visible_ids(store)))
+            counts.append(int((await conn.execute(stmt)).scalar_one()))
+        status = await conn.run_sync(_migrations.schema_status)
+        return StoreStats(
+            conversations=int(row[0]),
+            messages=int(row[1]),
+            longest=int(row[2]),
+            users=int(row[3]),
+            summaries=counts[0],
+            metadata_entries=counts[1],
+            lists=counts[2],
+            list_items=counts[3],
+            write_records=counts[4],
+            first_created=row[4],
+            oldest_change=row[5],
+            newest_change=row[6],
+            schema_revision=status.current,
+            user=owner,
+        )
+
+    return await store._run(work, mode="snapshot", action="stats")
+
+
+# ---------------------------------------------------------------------------- describe
+
+
+async def _details(store: Store, conn: AsyncConnection, ids: Sequence[str]) -> list[Any]:
+    """``ConversationInfo`` for the visible ones of ``ids``, in the order given."""
+    rows: dict[str, Any] = {}
+    lists: dict[str, list[tuple[str, int]]] = {}
+    summaries: dict[str, int] = {}
+    keys: dict[str, list[str]] = {}
+    ls, sm, md = s.lists.c, s.summaries.c, s.metadata_entries.c
+    for i in range(0, len(ids), _CHUNK):
+        chunk = list(ids[i : i + _CHUNK])
+        stmt = select(
+            _conv.c.id,
+            _conv.c.owner,
+            _conv.c.system_prompt,
+            _conv.c.length,
+            _conv.c.created_at,
+            _conv.c.updated_at,
+        ).where(_conv.c.id.in_(chunk))
+        if store.user is not None:
+            stmt = stmt.where(_conv.c.owner == store.user)
+        rows.update({r.id: r for r in await conn.execute(stmt)})
+        found = [c for c in chunk if c in rows]
+        if not found:
+            continue
+        named = select(ls.conversation_id, ls.name, ls.length).where(ls.conversation_id.in_(found))
+        for cid, name, length in await conn.execute(named.order_by(ls.conversation_id, ls.name)):
+            lists.setdefault(cid, []).append((name, int(length)))
+        counted = (
+            select(sm.conversation_id, func.count())
+            .where(sm.conversation_id.in_(found))
+            .group_by(sm.conversation_id)
+        )
+        summaries.update({cid: int(n) for cid, n in await conn.execute(counted)})
+        keyed = select(md.conversation_id, md.key).where(md.conversation_id.in_(found))
+        for cid, key in await conn.execute(keyed.order_by(md.conversation_id, md.key)):
+            keys.setdefault(cid, []).append(key)
+    return [
+        ConversationInfo(
+            id=r.id,
+            user=r.owner,
+            system_prompt=r.system_prompt,
+            length=int(r.length),
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+            lists=tuple(lists.get(r.id, ())),
+            summaries=summaries.get(r.id, 0),
+            metadata_keys=tuple(keys.get(r.id, ())),
+        )
+        for cid in ids
+        if (r := rows.get(cid)) is not None
+    ]
+
+
+async def describe(store: Store, conversation: str) -> ConversationInfo:
+    """One conversation's particulars (owner, system prompt, length, times, lists,
+    summary count, metadata keys), read in one snapshot.
+
+    Raises:
+        InvalidId: a bad id.
+        NotFound: the conversation does not exist or the view may not see it.
+    """
+    validate_id(conversation)
+
+    async def work(conn: AsyncConnection) -> list[Any]:
+        return await _details(store, conn, [conversation])
+
+    found = await store._run(work, mode="snapshot", action="describe", conversation=conversation)
+    if not found:
+        raise NotFound(f"conversation {conversation!r} not found")
+    info: ConversationInfo = found[0]
+    return info
+
+
+# ---------------------------------------------------------------------------- listing
+
+
+def _aware(value: object, name: str) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} must be a datetime or None")
+    if value.tzinfo is None:
+        raise ValueError(f"{name} must be an aware datetime (with a time zone)")
+    return value
+
+
+def _filtered(
+    store: Store,
+    columns: Sequence[Any],
+    *,
+    user: str | None,
+    metadata: Mapping[str, Any] | None,
+    since: datetime | None,
+    until: datetime | None,
+) -> Select[Any] | None:
+    """A select of ``columns`` over the conversations that pass the filters, or ``None``
+    when the view's scope rules them all out."""
+    visible, owner = _scope(store, user)
+    since = _aware(since, "since")
+    until = _aware(until, "until")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise TypeError("metadata must be a mapping of keys to values")
+    # The store's own metadata filter: the same key rules and JSON equality.
+    conds, join = metadata_filter(metadata) if metadata else ([], None)
+    if not visible:
+        return None
+    stmt = select(*columns).select_from(_conv if join is None else _conv.join(*join))
+    if owner is not None:
+        stmt = stmt.where(_conv.c.owner == owner)
+    if since is not None:
+        stmt = stmt.where(_conv.c.updated_at >= since)
+    if until is not None:
+        stmt = stmt.where(_conv.c.updated_at < until)
+    return stmt.where(*conds)
+
+
+def _count_arg(value: object, name: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int")
+    if value < 0:
+        raise ValueError(f"{name} must not be negative")
+    return value
+
+
+async def list_conversations(
+    store: Store,
+    *,
+    user: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+    order: Order = "id",
+    descending: bool = False,
+) -> list[ConversationInfo]:
+    """A page of conversations with their particulars, read in one snapshot.
+
+    Filters, order and paging are those of ``Store.conversations``; ``since`` and
+    ``until`` (aware ``datetime`` values) keep the conversations last changed at or
+    after ``since`` and before ``until``. The ids come from the same indexes
+    ``Store.conversations`` uses (``updated_at``, ``owner``), so a page costs
+    O(limit + offset) when the filters match most conversations.
+
+    Raises:
+        InvalidId: a bad ``user``.
+        InvalidMessage: a metadata value that is not storable JSON.
+        TypeError, ValueError: arguments of the wrong kind or range.
+    """
+    limit = _count_arg(limit, "limit")
+    offset = _count_arg(offset, "offset") or 0
+    if order not in ("id", "created", "updated"):
+        raise ValueError("order must be 'id', 'created' or 'updated'")
+    stmt = _filtered(store, [_conv.c.id], user=user, metadata=metadata, since=since, until=until)
+    if stmt is None:
+        return []
+    keys = {
+        "id": [_conv.c.id],
+        "created": [_conv.c.created_at, _conv.c.id],
+        "updated": [_conv.c.updated_at, _conv.c.id],
+    }[order]
+    stmt = stmt.order_by(*(k.desc() if descending else k.asc() for k in keys))
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    if offset:
+        stmt = stmt.offset(offset)
+    page = stmt
+
+    async def work(conn: AsyncConnection) -> list[ConversationInfo]:
+        ids = list((await conn.execute(page)).scalars())
+        return await _details(store, conn, ids)
+
+    return await store._run(work, mode="snapshot", action="list conversations")
+
+
+async def count_conversations(
+    store: Store,
+    *,
+    user: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> int:
+    """How many conversations ``list_conversations`` with these filters would list in all.
+
+    Counting costs O(matching conversations), read from the same indexes.
+    """
+    stmt = _filtered(store, [func.count()], user=user, metadata=metadata, since=since, until=until)
+    if stmt is None:
+        return 0
+    counting = stmt
+
+    async def work(conn: AsyncConnection) -> int:
+        return int((await conn.execute(counting)).scalar_one())
+
+    return await store._run(work, mode="read", action="count conversations")
+
+
+async def purge_candidates(store: Store, *, idle_for: timedelta) -> list[str]:
+    """The ids ``store.purge(idle_for=idle_for)`` would delete now, in id order.
+
+    Raises:
+        TypeError, ValueError: ``idle_for`` is not a non-negative ``timedelta``.
+    """
+    if not isinstance(idle_for, timedelta):
+        raise TypeError("idle_for must be a timedelta")
+    if idle_for < timedelta(0):
+        raise ValueError("idle_for must not be negative")
+    cutoff = datetime.now(timezone.utc) - idle_for
+    stmt = _visible_ids(store).where(_conv.c.updated_at < cutoff).order_by(_conv.c.id)
+
+    async def work(conn: AsyncConnection) -> list[str]:
+        return list((await conn.execute(stmt)).scalars())
+
+    return await store._run(work, mode="read", action="list idle conversations")

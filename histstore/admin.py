@@ -1,0 +1,62 @@
+"""Administration: figures, listings and transfers for operators and tools.
+
+Everything here takes a ``Store`` and sees what it sees: through a scoped view
+(``store.scoped(user)``) only that user's conversations. The ``histstore`` command is
+built on this module and the rest of the public API only.
+
+::
+
+    from histstore import admin
+
+    async with histstore.connect("chat.db") as store:
+        print((await admin.stats(store)).as_dict())
+        for info in await admin.list_conversations(store, since=yesterday, order="updated"):
+            print(info.id, info.length)
+        with open("dump.jsonl", "w") as out:
+            await admin.export_store(store.scoped("alice"), out)
+
+Migrations: ``await admin.migrate(url)`` creates or upgrades the schema,
+``await admin.migration_status(url)`` reads where it stands, ``admin.migration_sql(url)``
+gives the SQL for review instead. Transfers (``export_store``, ``import_store``,
+``copy_store``) stream JSON Lines or rows; see the README for the export format.
+"""
+
+from ._admin import ConversationInfo as ConversationInfo
+from ._admin import StoreStats as StoreStats
+from ._admin import count_conversations as count_conversations
+from ._admin import describe as describe
+from ._admin import list_conversations as list_conversations
+from ._admin import purge_candidates as purge_candidates
+from ._admin import stats as stats
+from ._admin_schema import DatabaseLocation as DatabaseLocation
+from ._admin_schema import MigrationStatus as MigrationStatus
+from ._admin_schema import locate as locate
+from ._admin_schema import migrate as migrate
+from ._admin_schema import migration_sql as migration_sql
+from ._admin_schema import migration_status as migration_status
+from ._export import FormatError as FormatError
+from ._export import TransferStats as TransferStats
+from ._export import copy_store as copy_store
+from ._export import export_store as export_store
+from ._export import import_store as import_store
+
+__all__ = [
+    "ConversationInfo",
+    "DatabaseLocation",
+    "FormatError",
+    "MigrationStatus",
+    "StoreStats",
+    "TransferStats",
+    "copy_store",
+    "count_conversations",
+    "describe",
+    "export_store",
+    "import_store",
+    "list_conversations",
+    "locate",
+    "migrate",
+    "migration_sql",
+    "migration_status",
+    "purge_candidates",
+    "stats",
+]

@@ -1,0 +1,381 @@
+"""One coroutine per subcommand (but ``demo``): each takes the parsed arguments and
+returns the exit status. They use only histstore's public API and ``histstore.admin``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import timezone
+from pathlib import Path
+from typing import IO, Any
+
+import histstore
+from histstore import HistStoreError, Message, SchemaError, Store, admin
+
+from ._render import Printer, ProgressLine, Style, compact, span, table, when
+
+__all__ = ["UsageError", "open_store", "show_conversation"]
+
+_PAGE = 500
+
+
+class UsageError(Exception):
+    """The command line is wrong in a way the parser cannot see (exit status 2)."""
+
+
+@asynccontextmanager
+async def open_store(url: str | None, *, create: bool = False) -> AsyncIterator[Store]:
+    """Open a store; a missing SQLite file is an error unless ``create``."""
+    where = admin.locate(url)
+    if where.file is not None and not create and not where.file.exists():
+        raise HistStoreError(
+            f"no database at {where.display} (pass --url, or run 'histstore demo' to make one)"
+        )
+    try:
+        store = await histstore.connect(url)
+    except SchemaError:
+        raise
+    except HistStoreError as exc:
+        raise HistStoreError(f"cannot open {where.display}: {exc}") from exc
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def _batch(args: argparse.Namespace) -> dict[str, Any]:
+    return {} if args.batch is None else {"batch": args.batch}
+
+
+async def _confirm(question: str, yes: bool) -> bool:
+    """Ask on the terminal; without one, only ``--yes`` goes ahead (else an error)."""
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        raise HistStoreError(
+            "refusing to delete without confirmation: stdin is not a terminal (pass --yes)"
+        )
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    answer = await asyncio.to_thread(sys.stdin.readline)
+    return answer.strip().lower() in ("y", "yes")
+
+
+# ---------------------------------------------------------------------------- migrate
+
+
+async def cmd_migrate(args: argparse.Namespace) -> int:
+    if args.sql:
+        sys.stdout.write(admin.migration_sql(args.url))
+        return 0
+    where = admin.locate(args.url).display
+    try:
+        before = await admin.migrate(args.url)
+    except SchemaError:
+        raise
+    except HistStoreError as exc:
+        raise HistStoreError(f"cannot open {where}: {exc}") from exc
+    if before.up_to_date:
+        print(f"{where}: schema already at the newest revision ({before.head})")
+    else:
+        was = before.current or "no histstore schema"
+        print(f"{where}: schema upgraded to revision {before.head} (was: {was})")
+    return 0
+
+
+# ---------------------------------------------------------------------------- ls, show, stats
+
+
+async def cmd_ls(args: argparse.Namespace) -> int:
+    filters: dict[str, Any] = {
+        "user": args.user,
+        "metadata": dict(args.metadata) or None,
+        "since": args.since,
+        "until": args.until,
+    }
+    async with open_store(args.url) as store:
+        infos = await admin.list_conversations(
+            store,
+            **filters,
+            limit=None if args.limit == 0 else args.limit,
+            order=args.order,
+            descending=not args.asc,
+        )
+        if args.quiet or args.json:
+            for info in infos:
+                print(json.dumps(info.as_dict(), ensure_ascii=False) if args.json else info.id)
+            return 0
+        total = await admin.count_conversations(store, **filters)
+    style = Style(sys.stdout)
+    rows = [
+        (i.id, i.user or "-", f"{i.length:,}", when(i.created_at), when(i.updated_at))
+        for i in infos
+    ]
+    head = ("ID", "USER", "MESSAGES", "CREATED (UTC)", "UPDATED (UTC)")
+    first, *rest = table(head, rows, right=(2,))
+    print(style.bold(first))
+    for line in rest:
+        print(line)
+    if len(rows) < total:
+        print(style.dim(f"{len(rows)} of {total:,} conversations shown (--limit 0 shows all)"))
+    elif not rows:
+        print(style.dim("no conversations"))
+    return 0
+
+
+async def cmd_show(args: argparse.Namespace) -> int:
+    async with open_store(args.url) as store:
+        await show_conversation(store, args.id, sys.stdout, last=args.last, as_json=args.json)
+    return 0
+
+
+async def _pages(store: Store, cid: str, start: int, stop: int) -> AsyncIterator[list[Message]]:
+    while start < stop:
+        page = await store.read(cid, start=start, stop=min(start + _PAGE, stop))
+        if not page:
+            return
+        yield page
+        start = (page[-1].position or start) + 1
+
+
+async def show_conversation(
+    store: Store, cid: str, out: IO[str], *, last: int | None = None, as_json: bool = False
+) -> None:
+    """Print a conversation's details and messages, reading messages page by page."""
+    info = await admin.describe(store, cid)
+    start = 0 if last is None else max(info.length - last, 0)
+    if as_json:
+        async for page in _pages(store, cid, start, info.length):
+            for m in page:
+                stamp = m.created_at.astimezone(timezone.utc) if m.created_at else None
+                record = {
+                    "position": m.position,
+                    "created_at": stamp.isoformat(timespec="microseconds") if stamp else None,
+                    "data": m.to_dict(),
+                }
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        return
+    metadata = await store.metadata(cid) if info.metadata_keys else {}
+    summaries = await store.summaries(cid) if info.summaries else []
+    style = Style(out)
+    facts = [
+        ("conversation", style.bold(cid)),
+        ("user", info.user or "-"),
+        ("created", when(info.created_at) + " UTC"),
+        ("updated", when(info.updated_at) + " UTC"),
+        ("messages", f"{info.length:,}"),
+    ]
+    if info.system_prompt is not None:
+        facts.append(("system prompt", info.system_prompt))
+    if metadata:
+        facts.append(("metadata", json.dumps(metadata, ensure_ascii=False)))
+    facts.extend(("summary", f"#{sm.start}-#{sm.end}: {compact(sm.content)}") for sm in summaries)
+    if info.lists:
+        facts.append(("lists", ", ".join(f"{n} ({k:,} items)" for n, k in info.lists)))
+    for key, value in facts:
+        out.write(f"{style.dim(f'{key:<13}')} {value}\n")
+    out.write("\n")
+    if start > 0:
+        out.write(style.dim(f"  ... {start:,} earlier messages (--last shows more)") + "\n")
+    printer = Printer(out)
+    async for page in _pages(store, cid, start, info.length):
+        for m in page:
+            printer.message(m)
+
+
+async def cmd_stats(args: argparse.Namespace) -> int:
+    where = admin.locate(args.url)
+    async with open_store(args.url) as store:
+        figures = await admin.stats(store.scoped(args.user) if args.user else store)
+    size = None
+    if where.file is not None:
+        size = sum(p.stat().st_size for p in (where.file, Path(f"{where.file}-wal")) if p.exists())
+    if args.json:
+        extra = {} if size is None else {"file_bytes": size}
+        print(json.dumps({"database": where.display, **extra, **figures.as_dict()}))
+        return 0
+    shown = where.display if size is None else f"{where.display} (SQLite, {size / 1e6:,.1f} MB)"
+    f = figures
+    rows = [
+        ("database", shown),
+        ("schema", f"revision {f.schema_revision} (newest)"),
+        ("conversations", f"{f.conversations:,} (owners: {f.users:,})"),
+        ("messages", f"{f.messages:,} (longest conversation: {f.longest:,})"),
+        ("summaries", f"{f.summaries:,}"),
+        ("metadata entries", f"{f.metadata_entries:,}"),
+        ("named lists", f"{f.lists:,}"),
+        ("list items", f"{f.list_items:,}"),
+        ("write records", f"{f.write_records:,}"),
+        ("first created", when(f.first_created) + (" UTC" if f.first_created else "")),
+        ("last change", when(f.newest_change) + (" UTC" if f.newest_change else "")),
+    ]
+    if args.user:
+        rows.insert(1, ("user", args.user))
+    style = Style(sys.stdout)
+    for key, value in rows:
+        print(f"{style.dim(f'{key:<17}')} {value}")
+    return 0
+
+
+# ---------------------------------------------------------------------------- transfers
+
+
+async def cmd_export(args: argparse.Namespace) -> int:
+    async with open_store(args.url) as store:
+        source = store.scoped(args.user) if args.user else store
+        bar = ProgressLine("export")
+
+        def progress(st: admin.TransferStats) -> None:
+            bar.update(st.messages, st.total_messages, "messages")
+
+        options: dict[str, Any] = {"ids": args.ids or None, "user": args.user}
+        target = args.output
+        try:
+            if target in (None, "-"):
+                stats = await admin.export_store(source, sys.stdout, **options, progress=progress)
+            else:
+                # Written under another name first, so a failed export leaves no
+                # file that looks complete.
+                part = f"{target}.part"
+                with open(part, "w", encoding="utf-8", newline="\n") as out:  # noqa: ASYNC230
+                    stats = await admin.export_store(source, out, **options, progress=progress)
+                os.replace(part, target)
+        finally:
+            bar.close()
+    if sys.stderr.isatty() or target not in (None, "-"):
+        where = "" if target in (None, "-") else f" to {target}"
+        print(
+            f"exported {stats.conversations:,} conversations, {stats.messages:,} messages{where}",
+            file=sys.stderr,
+        )
+    return 0
+
+
+async def cmd_import(args: argparse.Namespace) -> int:
+    if args.file == "-":
+        stream = sys.stdin.buffer
+        total = None
+    else:
+        stream = open(args.file, "rb")  # noqa: ASYNC230, SIM115 - read line by line below
+        total = os.fstat(stream.fileno()).st_size or None
+    try:
+        async with open_store(args.url, create=True) as store:
+            bar = ProgressLine("import")
+
+            def progress(st: admin.TransferStats) -> None:
+                bar.update(st.bytes_read, total, "bytes")
+
+            try:
+                stats = await admin.import_store(store, stream, **_batch(args), progress=progress)
+            finally:
+                bar.close()
+    finally:
+        if stream is not sys.stdin.buffer:
+            stream.close()
+    print(
+        f"imported {stats.conversations:,} conversations ({stats.messages:,} messages);"
+        f" {stats.skipped:,} already there unchanged"
+    )
+    return 0
+
+
+async def cmd_copy(args: argparse.Namespace) -> int:
+    src = admin.locate(args.source).display
+    dst = admin.locate(args.destination).display
+    if src == dst:
+        raise HistStoreError("the source and the destination are the same database")
+    async with (
+        open_store(args.source) as source,
+        open_store(args.destination, create=True) as target,
+    ):
+        bar = ProgressLine("copy")
+
+        def progress(st: admin.TransferStats) -> None:
+            bar.update(st.messages, st.total_messages, "messages")
+
+        try:
+            stats = await admin.copy_store(source, target, **_batch(args), progress=progress)
+        finally:
+            bar.close()
+    print(
+        f"copied {stats.conversations:,} conversations from {src} to {dst};"
+        f" {stats.skipped:,} already there unchanged"
+    )
+    return 0
+
+
+# ---------------------------------------------------------------------------- fork, clear, purge
+
+
+async def cmd_fork(args: argparse.Namespace) -> int:
+    async with open_store(args.url) as store:
+        await store.fork(args.source, args.target, upto=args.upto)
+        n = await store.count(args.target)
+    print(f"forked {args.source!r} to {args.target!r} ({n:,} messages)")
+    return 0
+
+
+def _unique(ids: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(ids))
+
+
+async def cmd_clear(args: argparse.Namespace) -> int:
+    if not args.ids and args.user is None:
+        raise UsageError("clear needs conversation ids, or --user USER")
+    async with open_store(args.url) as store:
+        view = store.scoped(args.user) if args.user is not None else store
+        if args.ids:
+            # Every id is looked up before anything is deleted.
+            found = [await admin.describe(view, cid) for cid in _unique(args.ids)]
+            ids = [(i.id, i.length) for i in found]
+            what = f"{ids[0][0]!r}" if len(ids) == 1 else f"{len(ids):,} conversations"
+            messages = sum(n for _cid, n in ids)
+        else:
+            figures = await admin.stats(view)
+            if figures.conversations == 0:
+                print(f"no conversations of user {args.user!r}")
+                return 0
+            ids = [(cid, -1) for cid in await view.conversations()]
+            what = f"all {len(ids):,} conversations of user {args.user!r}"
+            messages = figures.messages
+        if not await _confirm(f"delete {what} ({messages:,} messages)?", args.yes):
+            print("histstore: nothing deleted", file=sys.stderr)
+            return 1
+        bar = ProgressLine("clear")
+        try:
+            for done, (cid, _n) in enumerate(ids, 1):
+                await view.clear(cid)
+                bar.update(done, len(ids), "conversations")
+        finally:
+            bar.close()
+    if args.ids:
+        for cid, n in ids:
+            print(f"cleared {cid!r} ({n:,} messages)")
+    else:
+        print(f"cleared {len(ids):,} conversations of user {args.user!r} ({messages:,} messages)")
+    return 0
+
+
+async def cmd_purge(args: argparse.Namespace) -> int:
+    idle, shown = args.idle, span(args.idle)
+    scope = f" of user {args.user!r}" if args.user is not None else ""
+    async with open_store(args.url) as store:
+        view = store.scoped(args.user) if args.user is not None else store
+        if args.dry_run:
+            ids = await admin.purge_candidates(view, idle_for=idle)
+            for cid in ids:
+                print(cid)
+            print(
+                f"{len(ids):,} conversations{scope} idle for more than {shown}"
+                " would be purged (dry run: nothing deleted)",
+                file=sys.stderr,
+            )
+            return 0
+        n = await view.purge(idle_for=idle)
+    print(f"purged {n:,} conversations{scope} idle for more than {shown}")
+    return 0

@@ -1,0 +1,216 @@
+"""The command line's grammar: the argument parser and the parsers of its values."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import histstore
+
+from . import _commands, _demo
+
+__all__ = ["build_parser", "parse_duration", "parse_metadata", "parse_when"]
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"(\d+)([smhdw])")
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse ``90m``, ``12h``, ``30d``, ``2w`` or a sum such as ``1d12h``.
+
+    Raises:
+        ValueError: the text is not such a duration.
+    """
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text.strip().lower():
+        raise ValueError(f"not a duration: {text!r} (use e.g. 90m, 12h, 30d, 1d12h)")
+    return timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in parts))
+
+
+def parse_when(text: str, *, now: datetime | None = None) -> datetime:
+    """A point in time: ISO 8601 (``2024-05-01``, ``2024-05-01T12:00``, with an offset or
+    ``Z``; no offset means UTC), or a duration such as ``30d`` meaning that long ago.
+
+    Raises:
+        ValueError: neither form.
+    """
+    try:
+        ago = parse_duration(text)
+    except ValueError:
+        pass
+    else:
+        return (now or datetime.now(timezone.utc)) - ago
+    iso = text.strip()
+    if iso[-1:] in ("Z", "z"):
+        iso = iso[:-1] + "+00:00"
+    try:
+        value = datetime.fromisoformat(iso)
+    except ValueError:
+        raise ValueError(
+            f"not a time: {text!r} (use ISO 8601 such as 2024-05-01 or"
+            " 2024-05-01T12:00:00+02:00, or a duration ago such as 30d)"
+        ) from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value
+
+
+def parse_metadata(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE``: the value is JSON when it parses as JSON, else the string itself.
+
+    Raises:
+        ValueError: no ``=``, or an empty key.
+    """
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"not KEY=VALUE: {text!r}")
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = raw
+    return key, value
+
+
+def _argument(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from a parser that raises ``ValueError`` (a usage error, exit 2)."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def _int_from(lowest: int) -> Callable[[str], int]:
+    def number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"not a number: {text!r}") from None
+        if value < lowest:
+            raise ValueError(f"must be at least {lowest}")
+        return value
+
+    return number
+
+
+_positive = _argument(_int_from(1))
+_non_negative = _argument(_int_from(0))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``histstore`` command."""
+    parser = argparse.ArgumentParser(
+        prog="histstore",
+        description="Conversation history for LLM agents, kept in SQL. Start with"
+        " 'histstore demo'.",
+        epilog="Every command takes --url (a file path or a sqlite:// or postgresql:// URL);"
+        " the default is $HISTSTORE_URL, else histstore.db in the current directory.",
+    )
+    parser.add_argument("--version", action="version", version=f"histstore {histstore.__version__}")
+    url = argparse.ArgumentParser(add_help=False)
+    url.add_argument(
+        "--url",
+        metavar="URL",
+        default=None,
+        help="database: a file path or URL (default: $HISTSTORE_URL, else histstore.db)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, handler: Any, help: str, *, with_url: bool = True) -> Any:
+        p = sub.add_parser(name, help=help, description=help, parents=[url] if with_url else [])
+        p.set_defaults(handler=handler)
+        return p
+
+    def user_option(p: argparse.ArgumentParser, help: str) -> None:
+        p.add_argument("--user", metavar="USER", help=help)
+
+    c = _commands
+    command("demo", _demo.cmd_demo, "run a scripted agent conversation and show what was stored")
+
+    p = command("migrate", c.cmd_migrate, "create or upgrade the database schema")
+    p.add_argument("--sql", action="store_true", help="print the SQL instead of running it")
+
+    p = command("ls", c.cmd_ls, "list conversations")
+    user_option(p, "only this user's conversations")
+    p.add_argument("--limit", type=_non_negative, default=50, help="at most N (0: all; 50)")
+    p.add_argument(
+        "--order", choices=("updated", "created", "id"), default="updated", help="(updated)"
+    )
+    p.add_argument("--asc", action="store_true", help="oldest (or lowest id) first")
+    when = "ISO 8601 time or duration ago (30d)"
+    p.add_argument(
+        "--since",
+        type=_argument(parse_when),
+        metavar="WHEN",
+        help=f"changed at or after WHEN ({when})",
+    )
+    p.add_argument(
+        "--until", type=_argument(parse_when), metavar="WHEN", help="changed before WHEN"
+    )
+    p.add_argument(
+        "--metadata",
+        type=_argument(parse_metadata),
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="only those whose metadata has KEY equal to VALUE (JSON, else a string); repeatable",
+    )
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("-q", "--quiet", action="store_true", help="print only the ids")
+    out.add_argument("--json", action="store_true", help="one JSON object per conversation")
+
+    p = command("show", c.cmd_show, "print a conversation's messages and details")
+    p.add_argument("id", metavar="ID")
+    p.add_argument("--last", type=_non_negative, metavar="N", help="only the newest N messages")
+    p.add_argument("--json", action="store_true", help="messages as JSON Lines")
+
+    p = command("stats", c.cmd_stats, "summarize what the database holds")
+    user_option(p, "only this user's conversations")
+    p.add_argument("--json", action="store_true", help="as one JSON object")
+
+    p = command("export", c.cmd_export, "write conversations as JSON Lines (all by default)")
+    p.add_argument("ids", nargs="*", metavar="ID")
+    user_option(p, "only this user's conversations (an ID of someone else's is not found)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
+
+    batch = "conversation rows per transaction (default: the library's)"
+    p = command("import", c.cmd_import, "load an export file ('-' for stdin)")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--batch", type=_positive, default=None, help=batch)
+
+    p = command(
+        "copy", c.cmd_copy, "copy every conversation from one database to another", with_url=False
+    )
+    p.add_argument("source", metavar="SRC_URL")
+    p.add_argument("destination", metavar="DST_URL")
+    p.add_argument("--batch", type=_positive, default=None, help=batch)
+
+    p = command("fork", c.cmd_fork, "copy a conversation (or its first N messages) to a new id")
+    p.add_argument("source", metavar="SRC")
+    p.add_argument("target", metavar="DST")
+    p.add_argument("--upto", type=_non_negative, metavar="N", help="copy only N messages")
+
+    p = command("clear", c.cmd_clear, "delete conversations and everything they hold")
+    p.add_argument("ids", nargs="*", metavar="ID")
+    user_option(p, "every conversation of this user (with IDs: only those, when theirs)")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask (needed without a tty)")
+
+    p = command("purge", c.cmd_purge, "delete conversations not changed for a while")
+    p.add_argument(
+        "--idle",
+        required=True,
+        type=_argument(parse_duration),
+        metavar="DURATION",
+        help="e.g. 90m, 12h, 30d",
+    )
+    user_option(p, "only this user's conversations")
+    p.add_argument("--dry-run", action="store_true", help="list them, delete nothing")
+    return parser

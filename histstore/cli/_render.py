@@ -1,0 +1,255 @@
+"""Terminal output: styles, a progress line, tables, and messages of every supported shape.
+
+Message shapes drawn: Chat Completions (``tool_calls`` with ``function``, ``tool``
+messages with ``tool_call_id``, the older ``function_call``), LangChain's stored form
+(``tool_calls`` entries with ``name`` and ``args``, ``invalid_tool_calls``), the
+Responses API (``function_call`` / ``function_call_output`` items, reasoning, message
+items) and Anthropic content blocks (``tool_use`` / ``tool_result``, ``thinking``).
+Nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from typing import IO, Any
+
+from histstore import Message
+
+__all__ = [
+    "Printer",
+    "ProgressLine",
+    "Style",
+    "compact",
+    "message_lines",
+    "span",
+    "table",
+    "when",
+]
+
+
+_ROLE_COLORS = {
+    "user": "1;34",
+    "human": "1;34",
+    "assistant": "1;32",
+    "ai": "1;32",
+    "system": "1;35",
+    "developer": "1;35",
+    "tool": "1;33",
+}
+
+
+class Style:
+    """ANSI styling for a terminal (off when not a tty, or when NO_COLOR is set)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.on = stream.isatty() and not os.environ.get("NO_COLOR")
+
+    def _wrap(self, code: str, text: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.on else text
+
+    def bold(self, text: str) -> str:
+        return self._wrap("1", text)
+
+    def dim(self, text: str) -> str:
+        return self._wrap("2", text)
+
+    def role(self, role: str, text: str) -> str:
+        return self._wrap(_ROLE_COLORS.get(role, "1"), text)
+
+
+class ProgressLine:
+    """A self-rewriting progress line on stderr, drawn only when stderr is a terminal."""
+
+    def __init__(self, label: str) -> None:
+        self._label = label
+        self._on = sys.stderr.isatty()
+        self._last = 0.0
+        self._start = time.monotonic()
+        self._drawn = False
+
+    def update(self, done: int, total: int | None, unit: str, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self._on or (not force and now - self._last < 0.1):
+            return
+        self._last = now
+        rate = done / max(now - self._start, 1e-9)
+        text = f"{self._label}: {done:,}"
+        if total:
+            share = min(done / total, 1.0)
+            filled = int(share * 24)
+            bar = "#" * filled + "-" * (24 - filled)
+            text = f"{self._label} [{bar}] {share:6.1%}  {done:,}/{total:,}"
+        sys.stderr.write(f"\r{text} {unit}  {rate:,.0f}/s\033[K")
+        sys.stderr.flush()
+        self._drawn = True
+
+    def close(self) -> None:
+        if self._drawn:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+def when(value: datetime | None) -> str:
+    """A time as ``YYYY-MM-DD HH:MM:SS`` in UTC, or ``-``."""
+    if value is None:
+        return "-"
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def span(value: timedelta) -> str:
+    """A duration in ``--idle`` units, days and smaller: ``1d12h``, ``1h30m``."""
+    seconds = int(value.total_seconds())
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts) or "0s"
+
+
+def compact(value: Any) -> str:
+    """A string as it is, anything else as one line of JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def table(
+    head: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int] = ()
+) -> list[str]:
+    """Aligned columns; the first is cut at 60 characters, those in ``right`` align right."""
+    widths = [max([len(head[i]), *(len(r[i]) for r in rows)]) for i in range(len(head))]
+    widths[0] = min(widths[0], 60)
+
+    def line(cells: Sequence[str]) -> str:
+        out = []
+        for i, cell in enumerate(cells):
+            text = cell if len(cell) <= widths[i] else cell[: widths[i] - 1] + "~"
+            out.append(text.rjust(widths[i]) if i in right else text.ljust(widths[i]))
+        return "  ".join(out).rstrip()
+
+    return [line(head), *(line(r) for r in rows)]
+
+
+# ---------------------------------------------------------------------------- messages
+
+
+def _arguments(raw: Any) -> str:
+    """A tool call's arguments (a JSON string or an object), shown compactly."""
+    if isinstance(raw, str):
+        text = raw
+        try:
+            raw = json.loads(text)
+        except ValueError:
+            return text
+    if isinstance(raw, dict):
+        return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in raw.items())
+    if raw is None:
+        return ""
+    return compact(raw)
+
+
+def _call(name: Any, arguments: Any, ident: Any, note: str = "") -> str:
+    tag = f"  [{ident}]" if ident is not None else ""
+    return f"-> {name if name is not None else '?'}({_arguments(arguments)}){tag}{note}"
+
+
+def _result(ident: Any, lines: list[str]) -> list[str]:
+    first = lines[0] if lines else ""
+    return [f"<- [{ident}] {first}".rstrip(), *lines[1:]]
+
+
+def _tool_call(call: Any, note: str = "") -> str:
+    """One ``tool_calls`` entry: Chat Completions (``function``) or LangChain (``name``)."""
+    if not isinstance(call, dict):
+        return "-> " + compact(call)
+    fn = call.get("function")
+    if isinstance(fn, dict):
+        return _call(fn.get("name"), fn.get("arguments"), call.get("id"), note)
+    return _call(call.get("name"), call.get("args", call.get("arguments")), call.get("id"), note)
+
+
+def _blocks(content: Any) -> list[str]:
+    """Lines for a message's content: a string, or a list of content blocks."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return content.splitlines() or [""]
+    if not isinstance(content, list):
+        return [compact(content)]
+    lines: list[str] = []
+    for block in content:
+        if not isinstance(block, dict):
+            lines.append(compact(block))
+            continue
+        kind = block.get("type")
+        if isinstance(block.get("text"), str):
+            lines.extend(block["text"].splitlines() or [""])
+        elif kind in ("tool_use", "server_tool_use"):
+            lines.append(_call(block.get("name"), block.get("input"), block.get("id")))
+        elif kind == "tool_call":  # LangChain's standard content block
+            lines.append(_tool_call(block))
+        elif kind == "tool_result":
+            lines.extend(_result(block.get("tool_use_id"), _blocks(block.get("content"))))
+        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+            lines.append("(thinking) " + " ".join(block["thinking"].split()))
+        else:
+            lines.append(f"[{kind or 'block'}]")
+    return lines
+
+
+def message_lines(d: dict[str, Any]) -> list[str]:
+    """What ``show`` prints for one message dict (any supported shape); never empty."""
+    kind = d.get("type")
+    if kind == "function_call":
+        return [_call(d.get("name"), d.get("arguments"), d.get("call_id"))]
+    if kind == "function_call_output":
+        return _result(d.get("call_id"), _blocks(d.get("output")))
+    if kind == "reasoning":
+        texts = [b.get("text", "") for b in d.get("summary") or [] if isinstance(b, dict)]
+        return ["(reasoning) " + " ".join(texts)]
+    calls = d.get("tool_calls") or []
+    invalid = d.get("invalid_tool_calls") or []
+    legacy = d.get("function_call")
+    lines = _blocks(d.get("content"))
+    if lines == [""] and (calls or invalid or legacy):
+        lines = []  # LangChain keeps "" beside tool calls
+    if d.get("role") == "tool" or kind == "tool" or "tool_call_id" in d:
+        lines = _result(d.get("tool_call_id"), lines)
+    for call in calls if isinstance(calls, list) else [calls]:
+        lines.append(_tool_call(call))
+    for call in invalid if isinstance(invalid, list) else [invalid]:
+        lines.append(_tool_call(call, "  (invalid)"))
+    if isinstance(legacy, dict):
+        lines.append(_call(legacy.get("name"), legacy.get("arguments"), None))
+    return lines or [json.dumps(d, ensure_ascii=False)]
+
+
+class Printer:
+    """Prints messages with positions, roles and times, readable on a terminal."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self.out = out
+        self.style = Style(out)
+        self._day: str | None = None
+
+    def message(self, m: Message) -> None:
+        role = m.role
+        stamp = m.created_at.astimezone(timezone.utc) if m.created_at else None
+        day = stamp.strftime("%Y-%m-%d") if stamp else None
+        if day is not None and day != self._day:
+            self._day = day
+            self.out.write(self.style.dim(f"  -- {day} (UTC) --") + "\n")
+        clock = stamp.strftime("%H:%M:%S") if stamp else "        "
+        lines = message_lines(m.to_dict())
+        head = f"{m.position if m.position is not None else '':>5}  {clock}  "
+        label = self.style.role(role, f"{role:<10}")
+        self.out.write(self.style.dim(head) + label + " " + lines[0] + "\n")
+        pad = " " * (len(head) + 11)
+        for line in lines[1:]:
+            self.out.write(pad + line + "\n")
