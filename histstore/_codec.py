@@ -17,6 +17,7 @@ __all__ = [
     "decode",
     "digest",
     "encode",
+    "encode_decoded",
     "key_from_stored",
     "key_to_stored",
     "looks_large",
@@ -45,6 +46,21 @@ def encode(value: object, *, what: str = "value") -> tuple[str, Any, int]:
     if copy != value:
         raise InvalidMessage(f"{what} does not survive a JSON round trip unchanged")
     return text, copy, size
+
+
+def encode_decoded(value: object, *, what: str = "value") -> tuple[str, int]:
+    """``encode`` for a value ``json.loads`` made: the text and its UTF-8 size.
+
+    Such a value is made of JSON types only, so its round trip cannot change it and is
+    not checked; what can still be refused is what the encoder refuses (infinities from
+    huge literals, lone surrogates from ``\\ud800`` escapes, nesting too deep).
+    """
+    try:
+        text = _encoder.encode(value)
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidMessage(f"{what} is not storable JSON ({type(exc).__name__})") from None
+    return text, size
 
 
 def digest(texts: Iterable[str]) -> str:

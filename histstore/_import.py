@@ -195,6 +195,7 @@ class _Messages:
                 count_tokens=None,
                 tokens=tokens,
                 times=times,
+                decoded=True,
             )
         except InvalidMessage:
             if quiet:

@@ -38,13 +38,20 @@ class Message:
     def __init__(self, role: str, content: Any = None, /, **fields: Any) -> None:
         self._init({"role": role, "content": content, **fields})
 
-    def _init(self, data: Mapping[str, Any]) -> None:
+    def _init(self, data: Mapping[str, Any], *, decoded: bool = False) -> None:
         if not isinstance(data, Mapping):
             raise InvalidMessage(f"a message must be a JSON object, not {type(data).__name__}")
         role = data.get("role")
         if not isinstance(role, str) and ("role" in data or not isinstance(data.get("type"), str)):
             raise InvalidMessage("a message needs a string 'role' or 'type'")
-        text, copy, size = _codec.encode(data if type(data) is dict else dict(data), what="message")
+        copy: Any
+        if decoded and type(data) is dict:
+            text, size = _codec.encode_decoded(data, what="message")
+            copy = data
+        else:
+            text, copy, size = _codec.encode(
+                data if type(data) is dict else dict(data), what="message"
+            )
         set_ = object.__setattr__
         set_(self, "_text", text)
         set_(self, "_data", copy)
@@ -52,6 +59,15 @@ class Message:
         set_(self, "position", None)
         set_(self, "_created", None)
         set_(self, "_created_raw", None)
+
+    @classmethod
+    def _from_decoded(cls, data: Any) -> Message:
+        """A message from a value ``json.loads`` made and hands over (it is kept, not
+        copied): the same checks as ``from_dict`` but the round trip, which cannot
+        change such a value."""
+        message = cls.__new__(cls)
+        message._init(data, decoded=True)
+        return message
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Message:

@@ -187,11 +187,14 @@ def prepare_batch(
     count_tokens: Callable[[Message], int] | None,
     tokens: Sequence[object] | None = None,
     times: Sequence[object] | None = None,
+    decoded: bool = False,
 ) -> Batch:
     """Validate messages (dicts or ``Message`` values) into a ``Batch``.
 
     ``tokens`` and ``times`` carry stored counts and creation times (import); without
-    them ``count_tokens`` (when given) counts, and the store's clock dates.
+    them ``count_tokens`` (when given) counts, and the store's clock dates. ``decoded``
+    says the dicts among ``items`` were made by ``json.loads`` and are handed over
+    (import): the same rules apply, without the round-trip check that cannot fail.
 
     Raises:
         InvalidMessage: a message is not storable or over ``max_message_bytes``, a
@@ -201,7 +204,7 @@ def prepare_batch(
     messages: list[Message] = []
     for i, m in enumerate(items):
         try:
-            message = as_message(m)
+            message = Message._from_decoded(m) if decoded and type(m) is dict else as_message(m)
         except InvalidMessage as exc:
             raise InvalidMessage(
                 f"message {i} of the batch for conversation {conversation!r}: {exc}"
