@@ -167,9 +167,7 @@ class Faults:
                 if name == "fetch" and args and _verb(args[0]).startswith("WITH GROWN AS"):
                     # The one-statement append is its own transaction: its commit is
                     # the statement itself, so a lost commit is a connection cut there.
-                    return await self._commit(
-                        lambda: orig(obj, *args, **kwargs), _nothing, error()
-                    )
+                    return await self._commit(lambda: orig(obj, *args, **kwargs), _nothing, error())
                 return await orig(obj, *args, **kwargs)
 
             monkeypatch.setattr(cls, name, call)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import textwrap
 import time
 from typing import Any
@@ -138,17 +137,20 @@ _HOLDER = textwrap.dedent(
 
 
 async def test_a_lease_holds_across_processes(shared_backend: Backend, cid: str) -> None:
-    child = subprocess.Popen(
-        [PYTHON, "-c", _HOLDER, shared_backend.url, cid],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
+    child = await asyncio.create_subprocess_exec(
+        PYTHON,
+        "-c",
+        _HOLDER,
+        shared_backend.url,
+        cid,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
         env=subprocess_env(),
-        text=True,
     )
     try:
         assert child.stdout is not None
-        line = await asyncio.to_thread(child.stdout.readline)
-        assert line.strip() == "held"
+        line = await asyncio.wait_for(child.stdout.readline(), 60)
+        assert line.strip() == b"held"
         async with shared_backend.connect() as store:
             with pytest.raises(ConflictError):
                 async with store.lease(cid, wait=False):
@@ -158,14 +160,14 @@ async def test_a_lease_holds_across_processes(shared_backend: Backend, cid: str)
             await asyncio.sleep(0.2)
             assert not waiting.done()
             assert child.stdin is not None
-            child.stdin.write("\n")
-            child.stdin.flush()
+            child.stdin.write(b"\n")
+            await child.stdin.drain()
             await asyncio.wait_for(waiting, 10)
-        await asyncio.to_thread(child.wait, 30)
+        await asyncio.wait_for(child.wait(), 30)
     finally:
-        if child.poll() is None:
+        if child.returncode is None:
             child.kill()
-        child.communicate(timeout=10)
+            await child.wait()
     assert child.returncode == 0
 
 

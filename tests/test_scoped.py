@@ -71,12 +71,20 @@ class World:
 
 Call = Callable[[World], Awaitable[Any]]
 
+
+async def _lease(view: Store, conversation: str) -> None:
+    async with view.lease(conversation, wait=False):
+        pass
+
+
 # name -> (call through alice's view, the answer a missing conversation gives)
 CASES: dict[str, tuple[Call, Any]] = {
     "read": (lambda w: w.view.read(w.victim), []),
     "read-page": (lambda w: w.view.read(w.victim, start=1, stop=4, limit=2), []),
     "count": (lambda w: w.view.count(w.victim), 0),
     "system_messages": (lambda w: w.view.system_messages(w.victim), []),
+    "status": (lambda w: w.view.status(w.victim), "empty"),
+    "lease": (lambda w: _lease(w.view, w.victim), MISSING),
     "exists": (lambda w: w.view.exists(w.victim), False),
     "write": (lambda w: w.view.write(w.victim, [Message.user("x")]), MISSING),
     "write-at-0": (lambda w: w.view.write(w.victim, [Message.user("x")], at=0), MISSING),
@@ -137,7 +145,7 @@ CASES: dict[str, tuple[Call, Any]] = {
 PUBLIC_METHODS = {
     "read", "count", "write", "pop", "clear", "conversations", "exists", "load", "save",
     "fork", "add_summary", "summaries", "metadata", "merge_metadata", "list_append",
-    "list_load", "list_len", "purge", "system_messages",
+    "list_load", "list_len", "purge", "system_messages", "status", "lease",
 }  # fmt: skip
 
 
