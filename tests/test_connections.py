@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 import histstore
 from histstore._engine import resolve_target
-from histstore._executor import ConnectionCache
+from histstore._connections import ConnectionCache
 
 
 def _engine(backend: Backend, **pool: Any) -> AsyncEngine:

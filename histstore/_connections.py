@@ -1,0 +1,101 @@
+"""Driver connections a store keeps checked out of SQLAlchemy's pool between calls."""
+
+from __future__ import annotations
+
+import asyncio
+from time import monotonic
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.pool import PoolProxiedConnection, QueuePool
+from sqlalchemy.util import greenlet_spawn
+
+__all__ = ["ConnectionCache"]
+
+
+class ConnectionCache:
+    """Pooled connections kept checked out between calls, newest first.
+
+    Taking a connection from SQLAlchemy's pool and giving it back runs two greenlets and
+    costs about as much as a short query, so the executor keeps the connections it used,
+    up to ``limit``, and takes the newest. It keeps at most ``pool_size - 1`` (none for
+    an in-memory database, whose only connection SQLAlchemy-run work needs), so the pool
+    always has connections for the rest of the store. A connection idle for longer than
+    ``max_idle`` seconds goes back to the pool (which then applies pre-ping and
+    recycling); ``close()`` gives every one back.
+    """
+
+    def __init__(self, engine: AsyncEngine, *, limit: int, max_idle: float = 10.0) -> None:
+        self._engine = engine
+        self._limit = limit
+        self._max_idle = max_idle
+        self._idle: list[tuple[float, PoolProxiedConnection]] = []  # oldest first
+        self._closed = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+
+    @classmethod
+    def for_engine(cls, engine: AsyncEngine) -> ConnectionCache:
+        """A cache sized to leave ``engine``'s pool at least one connection."""
+        pool_ = engine.sync_engine.pool
+        size = pool_.size() if isinstance(pool_, QueuePool) else 0
+        return cls(engine, limit=max(0, min(_MAX_CACHED, size - 1)))
+
+    @property
+    def idle(self) -> int:
+        """How many connections the cache holds (checked out of the pool, unused)."""
+        return len(self._idle)
+
+    async def get(self) -> PoolProxiedConnection:
+        """The newest cached connection still fresh, else one from the pool."""
+        while self._idle:
+            since, raw = self._idle.pop()
+            if monotonic() - since <= self._max_idle:
+                return raw
+            await greenlet_spawn(raw.close)
+        return await self._engine.raw_connection()
+
+    async def put(self, raw: PoolProxiedConnection) -> None:
+        """Keep a healthy connection for the next call, or give it back to the pool."""
+        if self._closed or len(self._idle) >= self._limit:
+            await greenlet_spawn(raw.close)
+            return
+        self._idle.append((monotonic(), raw))
+        if self._timer is None and self._sweeper is None:
+            self._schedule(self._max_idle)
+
+    def _schedule(self, delay: float) -> None:
+        """Sweep idle connections back to the pool in ``delay`` seconds, even when no
+        further call comes (a burst must not leave sessions open on the server)."""
+        self._timer = asyncio.get_running_loop().call_later(delay, self._start_sweep)
+
+    def _start_sweep(self) -> None:
+        self._timer = None
+        if not self._closed:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        try:
+            now = monotonic()
+            while self._idle and now - self._idle[0][0] > self._max_idle:
+                _since, raw = self._idle.pop(0)
+                await greenlet_spawn(raw.close)
+        finally:
+            self._sweeper = None
+        if self._idle and not self._closed:
+            self._schedule(max(0.0, self._idle[0][0] + self._max_idle - monotonic()) + 0.01)
+
+    async def close(self) -> None:
+        """Give every cached connection back to the pool; later ones go straight back."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        sweeper, self._sweeper = self._sweeper, None
+        if sweeper is not None:
+            await asyncio.gather(sweeper, return_exceptions=True)
+        while self._idle:
+            _since, raw = self._idle.pop()
+            await greenlet_spawn(raw.close)
+
+
+_MAX_CACHED = 16
