@@ -69,19 +69,19 @@ class MigrationStatus:
         return self.current == self.head
 
 
-async def migration_status(target: Target = None) -> MigrationStatus:
-    """Read a database's schema revision, changing nothing.
+async def migration_status(target: Target = None, *, schema: str | None = None) -> MigrationStatus:
+    """Read a database's schema revision (in ``schema`` on PostgreSQL), changing nothing.
 
     Raises:
         ValueError: an unsupported target.
         HistStoreError: the database cannot be reached (the reason is said).
     """
     where = locate(target).display
-    store = await connect(target, migrate=False)
+    store = await connect(target, migrate=False, schema=schema)
     try:
 
         async def work(conn: AsyncConnection) -> _migrations.SchemaStatus:
-            return await conn.run_sync(_migrations.schema_status)
+            return await conn.run_sync(_migrations.schema_status, schema)
 
         found = await store._run(work, mode="snapshot", action="reading the schema revision")
     finally:
@@ -89,8 +89,9 @@ async def migration_status(target: Target = None) -> MigrationStatus:
     return MigrationStatus(where, found.current, found.head, found.known)
 
 
-async def migrate(target: Target = None) -> MigrationStatus:
-    """Create or upgrade histstore's schema to the newest revision.
+async def migrate(target: Target = None, *, schema: str | None = None) -> MigrationStatus:
+    """Create or upgrade histstore's schema to the newest revision (its tables in
+    ``schema`` on PostgreSQL, created when missing).
 
     Returns the status from before the upgrade (``up_to_date``: nothing was done).
 
@@ -98,26 +99,29 @@ async def migrate(target: Target = None) -> MigrationStatus:
         SchemaError: the database is at a revision newer than this library.
         HistStoreError: the database cannot be reached.
     """
-    before = await migration_status(target)
+    before = await migration_status(target, schema=schema)
     if not before.known:
         _migrations.check(
             _migrations.SchemaStatus(before.current, before.head, before.known), before.database
         )
     if not before.up_to_date:
-        store = await connect(target, migrate=True)
+        store = await connect(target, migrate=True, schema=schema)
         await store.close()
     return before
 
 
-def migration_sql(target: Target = None) -> str:
+def migration_sql(target: Target = None, *, schema: str | None = None) -> str:
     """The SQL that creates histstore's schema on this kind of database (nothing is run
-    and no file is made: Alembic's offline mode)."""
+    and no file is made: Alembic's offline mode); with ``schema`` (PostgreSQL) the
+    statements create that schema and put everything in it."""
     from alembic import command
 
     resolved = resolve_target(target)
     if not isinstance(resolved, URL):
         raise TypeError("migration_sql() takes a path or URL")
-    cfg = _migrations.alembic_config(url=resolved.render_as_string(hide_password=False))
+    cfg = _migrations.alembic_config(
+        url=resolved.render_as_string(hide_password=False), schema=schema
+    )
     buffer = io.StringIO()
     cfg.output_buffer = buffer
     command.upgrade(cfg, "head", sql=True)

@@ -209,3 +209,35 @@ async def test_the_host_runs_histstore_migrations_from_its_own_alembic(
     assert await pg_fetch(empty_db, "SELECT version_num FROM alembic_version") == [("host0001",)]
     async with histstore.connect(empty_db) as store:  # histstore's schema is current
         await store.write("c", user_msgs(1))
+
+
+async def _histstore(*args: str) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else "python3",
+        "-m",
+        "histstore",
+        *args,
+        env=subprocess_env(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=120)
+    return int(proc.returncode or 0), out.decode(errors="replace")
+
+
+async def test_the_command_line_places_tables_in_a_schema(empty_db: str) -> None:
+    code, out = await _histstore("migrate", "--sql", "--url", empty_db, "--schema", "tenant_x")
+    assert code == 0, out
+    assert 'CREATE SCHEMA IF NOT EXISTS "tenant_x"' in out
+    assert "tenant_x.histstore_alembic_version" in out
+    assert await _tables(empty_db, "tenant_x") == set()  # --sql runs nothing
+    code, out = await _histstore("migrate", "--url", empty_db, "--schema", "tenant_x")
+    assert code == 0, out
+    assert "histstore_messages" in await _tables(empty_db, "tenant_x")
+    async with histstore.connect(empty_db, schema="tenant_x") as store:
+        await store.write("c", user_msgs(2))
+    code, out = await _histstore("ls", "-q", "--url", empty_db, "--schema", "tenant_x")
+    assert (code, out.split()) == (0, ["c"])
+    code, out = await _histstore("ls", "-q", "--url", empty_db)  # the default schema has none
+    assert code == 1
+    assert "histstore migrate" in out

@@ -29,15 +29,18 @@ class UsageError(Exception):
 
 
 @asynccontextmanager
-async def open_store(url: str | None, *, create: bool = False) -> AsyncIterator[Store]:
-    """Open a store; a missing SQLite file is an error unless ``create``."""
+async def open_store(
+    url: str | None, *, create: bool = False, schema: str | None = None
+) -> AsyncIterator[Store]:
+    """Open a store (its tables in ``schema`` on PostgreSQL); a missing SQLite file is
+    an error unless ``create``."""
     where = admin.locate(url)
     if where.file is not None and not create and not where.file.exists():
         raise HistStoreError(
             f"no database at {where.display} (pass --url, or run 'histstore demo' to make one)"
         )
     try:
-        store = await histstore.connect(url)
+        store = await histstore.connect(url, schema=schema)
     except SchemaError:
         raise
     except HistStoreError as exc:
@@ -71,11 +74,11 @@ async def _confirm(question: str, yes: bool) -> bool:
 
 async def cmd_migrate(args: argparse.Namespace) -> int:
     if args.sql:
-        sys.stdout.write(admin.migration_sql(args.url))
+        sys.stdout.write(admin.migration_sql(args.url, schema=args.schema))
         return 0
     where = admin.locate(args.url).display
     try:
-        before = await admin.migrate(args.url)
+        before = await admin.migrate(args.url, schema=args.schema)
     except SchemaError:
         raise
     except HistStoreError as exc:
@@ -98,7 +101,7 @@ async def cmd_ls(args: argparse.Namespace) -> int:
         "since": args.since,
         "until": args.until,
     }
-    async with open_store(args.url) as store:
+    async with open_store(args.url, schema=args.schema) as store:
         infos = await admin.list_conversations(
             store,
             **filters,
@@ -129,7 +132,7 @@ async def cmd_ls(args: argparse.Namespace) -> int:
 
 
 async def cmd_show(args: argparse.Namespace) -> int:
-    async with open_store(args.url) as store:
+    async with open_store(args.url, schema=args.schema) as store:
         await show_conversation(store, args.id, sys.stdout, last=args.last, as_json=args.json)
     return 0
 
@@ -190,7 +193,7 @@ async def show_conversation(
 
 async def cmd_stats(args: argparse.Namespace) -> int:
     where = admin.locate(args.url)
-    async with open_store(args.url) as store:
+    async with open_store(args.url, schema=args.schema) as store:
         figures = await admin.stats(store.scoped(args.user) if args.user else store)
     size = None
     if where.file is not None:
@@ -226,7 +229,7 @@ async def cmd_stats(args: argparse.Namespace) -> int:
 
 
 async def cmd_export(args: argparse.Namespace) -> int:
-    async with open_store(args.url) as store:
+    async with open_store(args.url, schema=args.schema) as store:
         source = store.scoped(args.user) if args.user else store
         bar = ProgressLine("export")
 
@@ -264,7 +267,7 @@ async def cmd_import(args: argparse.Namespace) -> int:
         stream = open(args.file, "rb")  # noqa: ASYNC230, SIM115 - read line by line below
         total = os.fstat(stream.fileno()).st_size or None
     try:
-        async with open_store(args.url, create=True) as store:
+        async with open_store(args.url, create=True, schema=args.schema) as store:
             bar = ProgressLine("import")
 
             def progress(st: admin.TransferStats) -> None:
@@ -290,8 +293,8 @@ async def cmd_copy(args: argparse.Namespace) -> int:
     if src == dst:
         raise HistStoreError("the source and the destination are the same database")
     async with (
-        open_store(args.source) as source,
-        open_store(args.destination, create=True) as target,
+        open_store(args.source, schema=args.schema) as source,
+        open_store(args.destination, create=True, schema=args.schema) as target,
     ):
         bar = ProgressLine("copy")
 
@@ -313,7 +316,7 @@ async def cmd_copy(args: argparse.Namespace) -> int:
 
 
 async def cmd_fork(args: argparse.Namespace) -> int:
-    async with open_store(args.url) as store:
+    async with open_store(args.url, schema=args.schema) as store:
         await store.fork(args.source, args.target, upto=args.upto)
         n = await store.count(args.target)
     print(f"forked {args.source!r} to {args.target!r} ({n:,} messages)")
@@ -327,7 +330,7 @@ def _unique(ids: Sequence[str]) -> list[str]:
 async def cmd_clear(args: argparse.Namespace) -> int:
     if not args.ids and args.user is None:
         raise UsageError("clear needs conversation ids, or --user USER")
-    async with open_store(args.url) as store:
+    async with open_store(args.url, schema=args.schema) as store:
         view = store.scoped(args.user) if args.user is not None else store
         if args.ids:
             # Every id is looked up before anything is deleted.
@@ -364,7 +367,7 @@ async def cmd_clear(args: argparse.Namespace) -> int:
 async def cmd_purge(args: argparse.Namespace) -> int:
     idle, shown = args.idle, span(args.idle)
     scope = f" of user {args.user!r}" if args.user is not None else ""
-    async with open_store(args.url) as store:
+    async with open_store(args.url, schema=args.schema) as store:
         view = store.scoped(args.user) if args.user is not None else store
         if args.dry_run:
             ids = await admin.purge_candidates(view, idle_for=idle)

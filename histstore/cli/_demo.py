@@ -79,7 +79,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     where = admin.locate(args.url)
     out = sys.stdout
     style = Style(out)
-    async with open_store(args.url, create=True) as store:
+    async with open_store(args.url, create=True, schema=args.schema) as store:
         user = "demo-user"
         cid = f"demo-{uuid.uuid4().hex[:8]}"
         view = store.scoped(user)

@@ -122,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="database: a file path or URL (default: $HISTSTORE_URL, else histstore.db)",
     )
+    url.add_argument(
+        "--schema",
+        metavar="NAME",
+        default=None,
+        help="PostgreSQL: the schema holding histstore's tables (default: the usual one)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, handler: Any, help: str, *, with_url: bool = True) -> Any:
