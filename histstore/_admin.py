@@ -128,24 +128,11 @@ class ConversationInfo:
 # ---------------------------------------------------------------------------- scope
 
 
-def _scope(store: Store, user: str | None) -> tuple[bool, str | None]:
-    """The owner to filter on, after the view's own; ``(False, _)`` when nothing is visible."""
-    if user is not None:
-        validate_id(user, what="user")
-    owner = store.user
-    if owner is None:
-        return True, user
-    if user is not None and user != owner:
-        return False, None
-    return True, owner
-
-
 def _visible_ids(store: Store) -> Select[Any]:
     """The ids of the conversations the store sees."""
+    scope = store._ctx.scope()
     stmt = select(_conv.c.id)
-    if store.user is not None:
-        stmt = stmt.where(_conv.c.owner == store.user)
-    return stmt
+    return stmt if scope is None else stmt.where(scope)
 
 
 # ---------------------------------------------------------------------------- stats
@@ -165,8 +152,9 @@ async def stats(store: Store) -> StoreStats:
             func.min(_conv.c.updated_at),
             func.max(_conv.c.updated_at),
         )
-        if owner is not None:
-            conv = conv.where(_conv.c.owner == owner)
+        scope = store._ctx.scope()
+        if scope is not None:
+            conv = conv.where(scope)
         row = (await conn.execute(conv)).one()
         counts: list[int] = []
         for table in (s.summaries, s.metadata_entries, s.lists, s.list_items, s.writes):
@@ -215,8 +203,9 @@ async def _details(store: Store, conn: AsyncConnection, ids: Sequence[str]) -> l
             _conv.c.created_at,
             _conv.c.updated_at,
         ).where(_conv.c.id.in_(chunk))
-        if store.user is not None:
-            stmt = stmt.where(_conv.c.owner == store.user)
+        scope = store._ctx.scope()
+        if scope is not None:
+            stmt = stmt.where(scope)
         rows.update({r.id: r for r in await conn.execute(stmt)})
         found = [c for c in chunk if c in rows]
         if not found:
@@ -294,7 +283,8 @@ def _filtered(
 ) -> Select[Any] | None:
     """A select of ``columns`` over the conversations that pass the filters, or ``None``
     when the view's scope rules them all out."""
-    visible, owner = _scope(store, user)
+    visible = store._ctx.sees(user)
+    scope = store._ctx.scope(user)
     since = _aware(since, "since")
     until = _aware(until, "until")
     if metadata is not None and not isinstance(metadata, Mapping):
@@ -302,10 +292,10 @@ def _filtered(
     # The store's own metadata filter: the same key rules and JSON equality.
     conds, join = metadata_filter(metadata) if metadata else ([], None)
     if not visible:
-        return None
+        return None  # a view asked for another user's conversations
     stmt = select(*columns).select_from(_conv if join is None else _conv.join(*join))
-    if owner is not None:
-        stmt = stmt.where(_conv.c.owner == owner)
+    if scope is not None:
+        stmt = stmt.where(scope)
     if since is not None:
         stmt = stmt.where(_conv.c.updated_at >= since)
     if until is not None:

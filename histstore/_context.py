@@ -13,6 +13,7 @@ from . import _schema as s
 from ._engine import SqliteSettings
 from ._errors import NotFound
 from ._executor import Executor
+from ._ids import validate_id
 from ._models import Message
 from ._statements import Statements
 
@@ -61,6 +62,20 @@ class Context:
     def params(self, conversation: str, **more: Any) -> dict[str, Any]:
         """Parameters for a statement naming ``conversation`` (and the view's owner)."""
         return {"c": conversation, "owner": self.owner, **more}
+
+    def sees(self, user: str | None) -> bool:
+        """Whether ``user``'s conversations are visible here at all (a view sees only
+        its own user's)."""
+        if user is not None:
+            validate_id(user, what="user")
+        return self.owner is None or user is None or user == self.owner
+
+    def scope(self, user: str | None = None) -> ColumnElement[bool] | None:
+        """The condition on the conversations table that keeps what this store sees,
+        narrowed to ``user``'s conversations when given (check ``sees`` first); ``None``
+        when everything is visible."""
+        who = self.owner if self.owner is not None else user
+        return None if who is None else s.conversations.c.owner == who
 
     def owned(self, conversation: str) -> ColumnElement[bool]:
         """The condition that a conversation row is visible through this store (Core)."""

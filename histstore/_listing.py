@@ -14,7 +14,6 @@ from . import _schema as s
 from ._context import Context
 from ._drivers import FETCH, Program
 from ._history import delete_conversation
-from ._ids import validate_id
 
 __all__ = ["Listing", "Order"]
 
@@ -39,23 +38,20 @@ class Listing:
         order: Order,
         descending: bool,
     ) -> list[str]:
-        if user is not None:
-            validate_id(user, what="user")
+        visible = self._ctx.sees(user)
+        scope = self._ctx.scope(user)
         limit = _rules.argument(limit, "limit")
         offset = _rules.argument(offset, "offset", allow_none=False) or 0
         if order not in ("id", "created", "updated"):
             raise ValueError("order must be 'id', 'created' or 'updated'")
         if metadata is not None and not isinstance(metadata, Mapping):
             raise TypeError("metadata must be a mapping of keys to values")
-        owner = self._ctx.owner
-        if owner is not None:
-            if user is not None and user != owner:
-                self._ctx.executor.check()
-                return []
-            user = owner
+        if not visible:  # a view asked for another user's conversations
+            self._ctx.executor.check()
+            return []
         stmt = select(_conv.c.id)
-        if user is not None:
-            stmt = stmt.where(_conv.c.owner == user)
+        if scope is not None:
+            stmt = stmt.where(scope)
         id_key: ColumnElement[str] = _conv.c.id
         if metadata:
             conds, driver = metadata_filter(metadata)
