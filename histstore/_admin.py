@@ -19,7 +19,7 @@ from . import _migrations
 from . import _schema as s
 from ._errors import NotFound
 from ._ids import validate_id
-from ._listing import metadata_filter
+from ._listing import select_filtered, select_ids
 from ._store import Store
 
 __all__ = [
@@ -262,57 +262,6 @@ async def describe(store: Store, conversation: str) -> ConversationInfo:
 # ---------------------------------------------------------------------------- listing
 
 
-def _aware(value: object, name: str) -> datetime | None:
-    if value is None:
-        return None
-    if not isinstance(value, datetime):
-        raise TypeError(f"{name} must be a datetime or None")
-    if value.tzinfo is None:
-        raise ValueError(f"{name} must be an aware datetime (with a time zone)")
-    return value
-
-
-def _filtered(
-    store: Store,
-    columns: Sequence[Any],
-    *,
-    user: str | None,
-    metadata: Mapping[str, Any] | None,
-    since: datetime | None,
-    until: datetime | None,
-) -> Select[Any] | None:
-    """A select of ``columns`` over the conversations that pass the filters, or ``None``
-    when the view's scope rules them all out."""
-    visible = store._ctx.sees(user)
-    scope = store._ctx.scope(user)
-    since = _aware(since, "since")
-    until = _aware(until, "until")
-    if metadata is not None and not isinstance(metadata, Mapping):
-        raise TypeError("metadata must be a mapping of keys to values")
-    # The store's own metadata filter: the same key rules and JSON equality.
-    conds, join = metadata_filter(metadata) if metadata else ([], None)
-    if not visible:
-        return None  # a view asked for another user's conversations
-    stmt = select(*columns).select_from(_conv if join is None else _conv.join(*join))
-    if scope is not None:
-        stmt = stmt.where(scope)
-    if since is not None:
-        stmt = stmt.where(_conv.c.updated_at >= since)
-    if until is not None:
-        stmt = stmt.where(_conv.c.updated_at < until)
-    return stmt.where(*conds)
-
-
-def _count_arg(value: object, name: str) -> int | None:
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an int")
-    if value < 0:
-        raise ValueError(f"{name} must not be negative")
-    return value
-
-
 async def list_conversations(
     store: Store,
     *,
@@ -338,24 +287,19 @@ async def list_conversations(
         InvalidMessage: a metadata value that is not storable JSON.
         TypeError, ValueError: arguments of the wrong kind or range.
     """
-    limit = _count_arg(limit, "limit")
-    offset = _count_arg(offset, "offset") or 0
-    if order not in ("id", "created", "updated"):
-        raise ValueError("order must be 'id', 'created' or 'updated'")
-    stmt = _filtered(store, [_conv.c.id], user=user, metadata=metadata, since=since, until=until)
-    if stmt is None:
+    page = select_ids(
+        store._ctx,
+        user=user,
+        metadata=metadata,
+        since=since,
+        until=until,
+        limit=limit,
+        offset=offset,
+        order=order,
+        descending=descending,
+    )
+    if page is None:
         return []
-    keys = {
-        "id": [_conv.c.id],
-        "created": [_conv.c.created_at, _conv.c.id],
-        "updated": [_conv.c.updated_at, _conv.c.id],
-    }[order]
-    stmt = stmt.order_by(*(k.desc() if descending else k.asc() for k in keys))
-    if limit is not None:
-        stmt = stmt.limit(limit)
-    if offset:
-        stmt = stmt.offset(offset)
-    page = stmt
 
     async def work(conn: AsyncConnection) -> list[ConversationInfo]:
         ids = list((await conn.execute(page)).scalars())
@@ -376,10 +320,12 @@ async def count_conversations(
 
     Counting costs O(matching conversations), read from the same indexes.
     """
-    stmt = _filtered(store, [func.count()], user=user, metadata=metadata, since=since, until=until)
-    if stmt is None:
+    found = select_filtered(
+        store._ctx, [func.count()], user=user, metadata=metadata, since=since, until=until
+    )
+    if found is None:
         return 0
-    counting = stmt
+    counting = found[0]
 
     async def work(conn: AsyncConnection) -> int:
         return int((await conn.execute(counting)).scalar_one())

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, and_, exists, select
+from sqlalchemy import ColumnElement, Select, and_, exists, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import _codec, _rules
@@ -15,7 +15,7 @@ from ._context import Context
 from ._drivers import FETCH, Program
 from ._history import delete_conversation
 
-__all__ = ["Listing", "Order"]
+__all__ = ["Listing", "Order", "metadata_filter", "select_filtered", "select_ids"]
 
 Order = Literal["id", "created", "updated"]
 _conv = s.conversations
@@ -38,45 +38,22 @@ class Listing:
         order: Order,
         descending: bool,
     ) -> list[str]:
-        visible = self._ctx.sees(user)
-        scope = self._ctx.scope(user)
-        limit = _rules.argument(limit, "limit")
-        offset = _rules.argument(offset, "offset", allow_none=False) or 0
-        if order not in ("id", "created", "updated"):
-            raise ValueError("order must be 'id', 'created' or 'updated'")
-        if metadata is not None and not isinstance(metadata, Mapping):
-            raise TypeError("metadata must be a mapping of keys to values")
-        if not visible:  # a view asked for another user's conversations
+        stmt = select_ids(
+            self._ctx,
+            user=user,
+            metadata=metadata,
+            limit=limit,
+            offset=offset,
+            order=order,
+            descending=descending,
+        )
+        if stmt is None:  # a view asked for another user's conversations
             self._ctx.executor.check()
             return []
-        stmt = select(_conv.c.id)
-        if scope is not None:
-            stmt = stmt.where(scope)
-        id_key: ColumnElement[str] = _conv.c.id
-        if metadata:
-            conds, driver = metadata_filter(metadata)
-            if driver is not None:
-                # The first equality filter is a join, so the planner can start from the
-                # metadata index (key, digest, conversation_id) when it is selective;
-                # ordered by that index's id, a page by id needs no sort at all. (SQLite
-                # never turns a correlated EXISTS into a join.)
-                md0, on = driver
-                stmt = stmt.select_from(_conv.join(md0, on))
-                id_key = md0.c.conversation_id
-            stmt = stmt.where(*conds)
-        keys = {
-            "id": [id_key],
-            "created": [_conv.c.created_at, id_key],
-            "updated": [_conv.c.updated_at, id_key],
-        }[order]
-        stmt = stmt.order_by(*(k.desc() if descending else k.asc() for k in keys))
-        if limit is not None:
-            stmt = stmt.limit(limit)
-        if offset:
-            stmt = stmt.offset(offset)
+        page = stmt
 
         async def work(conn: AsyncConnection) -> list[str]:
-            return list((await conn.execute(stmt)).scalars())
+            return list((await conn.execute(page)).scalars())
 
         return await self._ctx.executor.run(work, mode="read", action="list conversations")
 
@@ -103,6 +80,94 @@ class Listing:
             total += done
             if done < PURGE_BATCH:
                 return total
+
+
+def select_filtered(
+    ctx: Context,
+    columns: Sequence[Any],
+    *,
+    user: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> tuple[Select[Any], ColumnElement[str]] | None:
+    """``columns`` over the conversations ``ctx`` sees that pass the filters, and the id
+    column to order by; ``None`` when a view's user rules ``user`` out.
+
+    ``since``/``until`` (aware) keep those last changed at or after / before them. The
+    first metadata equality is a join, so the planner can start from the metadata index
+    (key, digest, conversation_id) when it is selective; ordered by that index's id, a
+    page by id needs no sort at all (SQLite never turns a correlated EXISTS into a join).
+    """
+    since, until = _aware(since, "since"), _aware(until, "until")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise TypeError("metadata must be a mapping of keys to values")
+    conds, driver = metadata_filter(metadata) if metadata else ([], None)
+    if not ctx.sees(user):
+        return None
+    stmt = select(*columns)
+    id_key: ColumnElement[str] = _conv.c.id
+    if driver is not None:
+        md0, on = driver
+        stmt = stmt.select_from(_conv.join(md0, on))
+        id_key = md0.c.conversation_id
+    else:
+        stmt = stmt.select_from(_conv)
+    scope = ctx.scope(user)
+    if scope is not None:
+        stmt = stmt.where(scope)
+    if since is not None:
+        stmt = stmt.where(_conv.c.updated_at >= since)
+    if until is not None:
+        stmt = stmt.where(_conv.c.updated_at < until)
+    return stmt.where(*conds), id_key
+
+
+def select_ids(
+    ctx: Context,
+    *,
+    user: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+    order: Order = "id",
+    descending: bool = False,
+) -> Select[Any] | None:
+    """The page of ids ``Store.conversations`` returns (see ``select_filtered``):
+    ordered by ``order`` with ties broken by id, every order served by an index."""
+    limit = _rules.argument(limit, "limit")
+    offset = _rules.argument(offset, "offset", allow_none=False) or 0
+    if order not in ("id", "created", "updated"):
+        raise ValueError("order must be 'id', 'created' or 'updated'")
+    found = select_filtered(
+        ctx, [_conv.c.id], user=user, metadata=metadata, since=since, until=until
+    )
+    if found is None:
+        return None
+    stmt, id_key = found
+    keys = {
+        "id": [id_key],
+        "created": [_conv.c.created_at, id_key],
+        "updated": [_conv.c.updated_at, id_key],
+    }[order]
+    stmt = stmt.order_by(*(k.desc() if descending else k.asc() for k in keys))
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    if offset:
+        stmt = stmt.offset(offset)
+    return stmt
+
+
+def _aware(value: object, name: str) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} must be a datetime or None")
+    if value.tzinfo is None:
+        raise ValueError(f"{name} must be an aware datetime (with a time zone)")
+    return value
 
 
 def metadata_filter(
