@@ -4,7 +4,6 @@ check covers every private module."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from helpers import REPO
 

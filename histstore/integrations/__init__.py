@@ -19,16 +19,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Any, TypeVar
 
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from histstore import HistStoreError, Store, connect
+from histstore import HistStoreError, InvalidMessage, Message, Store, connect
 
 __all__ = ["StoreTarget"]
 
 StoreTarget = Store | str | os.PathLike[str] | URL | AsyncEngine | None
 """What an adapter's ``store`` argument takes: a ``Store``, or a ``connect()`` target."""
+
+_A = TypeVar("_A", bound="_StoreAdapter")
 
 
 def _missing_framework(module: str, extra: str, exc: ImportError) -> ImportError:
@@ -39,6 +42,20 @@ def _missing_framework(module: str, extra: str, exc: ImportError) -> ImportError
     )
     error.__cause__ = exc
     return error
+
+
+def _unwrap(message: Message, kind: str, key: str, describe: str) -> dict[str, Any]:
+    """The object under ``key`` of a stored ``{"type": kind, key: {...}}`` record.
+
+    Raises:
+        InvalidMessage: the message is not such a record (``f"message {position} of
+            {describe}"``; its content is not included).
+    """
+    data = message.to_dict()
+    if data.get("type") != kind or not isinstance(data.get(key), dict):
+        raise InvalidMessage(f"message {message.position} of {describe}")
+    inner: dict[str, Any] = data[key]
+    return inner
 
 
 class _StoreHandle:
@@ -128,3 +145,22 @@ class _StoreHandle:
         store, self._store = self._store, None
         if store is not None:
             await store.close()
+
+
+class _StoreAdapter:
+    """The lifetime of an async adapter over a ``_StoreHandle``: ``close()`` and ``async with``."""
+
+    _handle: _StoreHandle
+
+    async def _store(self) -> Store:
+        return await self._handle.get()
+
+    async def close(self) -> None:
+        """Release an owned store (a borrowed one stays open). Idempotent."""
+        await self._handle.close()
+
+    async def __aenter__(self: _A) -> _A:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

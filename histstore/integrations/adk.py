@@ -32,16 +32,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import string
 import weakref
-from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
-from urllib.parse import quote
 
 from histstore import ConflictError, InvalidMessage, Message, NotFound, Store
 
-from . import StoreTarget, _missing_framework, _StoreHandle
+from . import StoreTarget, _missing_framework, _StoreAdapter, _StoreHandle
 
 try:
     from google.adk.errors import StaleSessionError
@@ -50,150 +46,42 @@ try:
     from google.adk.events import Event
     from google.adk.platform import time as adk_time
     from google.adk.platform import uuid as adk_uuid
-    from google.adk.sessions import BaseSessionService, Session, State
+    from google.adk.sessions import BaseSessionService, Session
     from google.adk.sessions.base_session_service import GetSessionConfig, ListSessionsResponse
-    from pydantic_core import PydanticSerializationError, to_jsonable_python
+    from pydantic_core import PydanticSerializationError
     from typing_extensions import override
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise _missing_framework("adk", "adk", _exc) from _exc
 
+from ._adk_records import (
+    APP,
+    CREATED_LIST,
+    KIND,
+    SESSION,
+    UPDATED,
+    USER,
+    app_conversation,
+    event_data,
+    marker_position,
+    merged_state,
+    set_marker,
+    split_state,
+    state_from_metadata,
+    state_metadata,
+    to_event,
+    user_conversation,
+)
+from ._adk_records import EVENT_TYPE as EVENT_TYPE
+from ._adk_records import event_record as _event_record
+from ._adk_records import session_conversation as _session_conversation
+from ._adk_state import merge_scoped, scoped_state, state_of
+
 __all__ = ["HiststoreSessionService"]
 
-EVENT_TYPE = "adk_event"
-"""The ``type`` of the message that holds one ADK event."""
-
-_KIND, _APP, _USER, _SESSION, _UPDATED = (
-    "adk:kind",
-    "adk:app",
-    "adk:user",
-    "adk:session",
-    "adk:updated",
-)
-_CREATED_LIST = "adk:created"
-_MARKER = "histstore:"
 _FIRST_PAGE, _MAX_PAGE = 32, 1024
-# State keys are kept readable where they can be: everything printable but "%" and
-# the space stays as it is; the rest is percent-encoded (UTF-8), so the metadata key
-# never has the control characters or edge whitespace that histstore's key rules forbid.
-_KEY_SAFE = "".join(c for c in string.punctuation if c != "%")
-_ID_LIMIT = 255
 
 
-def _conversation_id(kind: str, *parts: str) -> str:
-    """The conversation id of one ADK record: readable when it fits, else a hash."""
-    try:
-        readable = "/".join([kind, *(quote(p, safe="") for p in parts)])
-    except UnicodeEncodeError:  # a lone surrogate: only the hash can hold it
-        readable = ""
-    if readable and len(readable) <= _ID_LIMIT:
-        return readable
-    digest = hashlib.sha256(json.dumps([kind, *parts]).encode("ascii")).hexdigest()
-    return f"{kind}#{digest}"
-
-
-def _session_conversation(app_name: str, user_id: str, session_id: str) -> str:
-    return _conversation_id("adk-session", app_name, user_id, session_id)
-
-
-def _app_conversation(app_name: str) -> str:
-    return _conversation_id("adk-app", app_name)
-
-
-def _user_conversation(app_name: str, user_id: str) -> str:
-    return _conversation_id("adk-user", app_name, user_id)
-
-
-def _state_metadata_key(key: str) -> str:
-    try:
-        readable = "state:" + quote(key, safe=_KEY_SAFE)
-    except UnicodeEncodeError:
-        readable = ""
-    if readable and len(readable) <= _ID_LIMIT:
-        return readable
-    return "state#" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def _json_safe(values: Mapping[str, Any]) -> dict[str, Any]:
-    """State values as JSON data (as ADK's database service stores them), else InvalidMessage."""
-    try:
-        safe: dict[str, Any] = to_jsonable_python(dict(values))
-        json.dumps(safe, allow_nan=False, ensure_ascii=False).encode("utf-8")
-    except (PydanticSerializationError, TypeError, ValueError) as exc:
-        raise InvalidMessage("an ADK state value cannot be stored as JSON") from exc
-    return safe
-
-
-def _split_state(state: Mapping[str, Any] | None) -> tuple[dict[str, Any], ...]:
-    """``(app, user, session)`` state from ADK's prefixed keys; ``temp:`` keys are dropped."""
-    app: dict[str, Any] = {}
-    user: dict[str, Any] = {}
-    session: dict[str, Any] = {}
-    for key, value in (state or {}).items():
-        if key.startswith(State.APP_PREFIX):
-            app[key.removeprefix(State.APP_PREFIX)] = value
-        elif key.startswith(State.USER_PREFIX):
-            user[key.removeprefix(State.USER_PREFIX)] = value
-        elif not key.startswith(State.TEMP_PREFIX):
-            session[key] = value
-    return _json_safe(app), _json_safe(user), _json_safe(session)
-
-
-def _state_metadata(state: Mapping[str, Any]) -> dict[str, Any]:
-    # Each value is stored as [key, value]: the original key survives any encoding, and a
-    # None value (which merge_metadata reads as "remove") stays a value.
-    return {_state_metadata_key(k): [k, v] for k, v in state.items()}
-
-
-def _state_from_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        pair[0]: pair[1] for key, pair in metadata.items() if key.startswith(("state:", "state#"))
-    }
-
-
-def _merged_state(
-    session: Mapping[str, Any], app: Mapping[str, Any], user: Mapping[str, Any]
-) -> dict[str, Any]:
-    merged = dict(session)
-    merged.update({State.APP_PREFIX + k: v for k, v in app.items()})
-    merged.update({State.USER_PREFIX + k: v for k, v in user.items()})
-    return merged
-
-
-def _event_record(event: Event) -> dict[str, Any]:
-    """The histstore message (as a dict) that stores one event."""
-    return {"type": EVENT_TYPE, "event": event.model_dump(mode="json", exclude_none=True)}
-
-
-def _event_data(message: Message) -> dict[str, Any]:
-    data = message.to_dict()
-    if data.get("type") != EVENT_TYPE or not isinstance(data.get("event"), dict):
-        raise InvalidMessage(
-            f"message {message.position} of an ADK session is not an ADK event record"
-        )
-    event: dict[str, Any] = data["event"]
-    return event
-
-
-def _to_event(message: Message) -> Event:
-    return Event.model_validate(_event_data(message))
-
-
-def _marker_position(session: Session) -> int | None:
-    """The stored length a session value reflects, when this service loaded it."""
-    marker = session._storage_update_marker
-    if marker is None or not marker.startswith(_MARKER):
-        return None
-    try:
-        return int(marker.removeprefix(_MARKER))
-    except ValueError:
-        return None
-
-
-def _set_marker(session: Session, length: int) -> None:
-    session._storage_update_marker = f"{_MARKER}{length}"
-
-
-class HiststoreSessionService(BaseSessionService):
+class HiststoreSessionService(_StoreAdapter, BaseSessionService):
     """An ADK ``BaseSessionService`` whose sessions, events and state live in histstore.
 
     Args:
@@ -223,9 +111,6 @@ class HiststoreSessionService(BaseSessionService):
         self._handle = _StoreHandle(store)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
-    async def _store(self) -> Store:
-        return await self._handle.get()
-
     # ------------------------------------------------------------------ sessions
 
     @override
@@ -245,34 +130,34 @@ class HiststoreSessionService(BaseSessionService):
         """
         store = await self._store()
         session_id = (session_id.strip() if session_id else None) or adk_uuid.new_uuid()
-        app_state, user_state, session_state = _split_state(state)
+        app_state, user_state, session_state = split_state(state)
         conversation = _session_conversation(app_name, user_id, session_id)
         now = adk_time.get_time()
         # The first append to this list claims the id: list_append is atomic and returns
         # the new length, so of two racing creators exactly one sees 1.
-        if await store.list_append(conversation, _CREATED_LIST, [now]) != 1:
+        if await store.list_append(conversation, CREATED_LIST, [now]) != 1:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.")
-        await self._merge_scoped(store, app_name, user_id, app_state, user_state)
+        await merge_scoped(store, app_name, user_id, app_state, user_state)
         await store.merge_metadata(
             conversation,
             {
-                _KIND: "session",
-                _APP: app_name,
-                _USER: user_id,
-                _SESSION: session_id,
-                _UPDATED: now,
-                **_state_metadata(session_state),
+                KIND: "session",
+                APP: app_name,
+                USER: user_id,
+                SESSION: session_id,
+                UPDATED: now,
+                **state_metadata(session_state),
             },
         )
-        app_now, user_now = await self._scoped_state(store, app_name, user_id)
+        app_now, user_now = await scoped_state(store, app_name, user_id)
         session = Session(
             app_name=app_name,
             user_id=user_id,
             id=session_id,
-            state=_merged_state(session_state, app_now, user_now),
+            state=merged_state(session_state, app_now, user_now),
             last_update_time=now,
         )
-        _set_marker(session, 0)
+        set_marker(session, 0)
         return session
 
     @override
@@ -299,19 +184,19 @@ class HiststoreSessionService(BaseSessionService):
             metadata = await store.metadata(conversation)
         except NotFound:
             return None
-        if metadata.get(_KIND) != "session":
+        if metadata.get(KIND) != "session":
             return None
         events = await self._read_events(store, conversation, length, config)
-        app_state, user_state = await self._scoped_state(store, app_name, user_id)
+        app_state, user_state = await scoped_state(store, app_name, user_id)
         session = Session(
             app_name=app_name,
             user_id=user_id,
             id=session_id,
-            state=_merged_state(_state_from_metadata(metadata), app_state, user_state),
+            state=merged_state(state_from_metadata(metadata), app_state, user_state),
             events=events,
-            last_update_time=metadata[_UPDATED],
+            last_update_time=metadata[UPDATED],
         )
-        _set_marker(session, length)
+        set_marker(session, length)
         return session
 
     async def _read_events(
@@ -322,7 +207,7 @@ class HiststoreSessionService(BaseSessionService):
         if recent == 0 or length == 0:
             return []
         if after is None:
-            return [_to_event(m) for m in await store.read(conversation, stop=length, limit=recent)]
+            return [to_event(m) for m in await store.read(conversation, stop=length, limit=recent)]
         lowest = 0 if recent is None else max(0, length - recent)
         kept: list[Message] = []
         stop, page = length, _FIRST_PAGE
@@ -330,11 +215,11 @@ class HiststoreSessionService(BaseSessionService):
             start = max(lowest, stop - page)
             chunk = await store.read(conversation, start=start, stop=stop)
             for message in reversed(chunk):
-                if _event_data(message)["timestamp"] < after:
-                    return [_to_event(m) for m in reversed(kept)]
+                if event_data(message)["timestamp"] < after:
+                    return [to_event(m) for m in reversed(kept)]
                 kept.append(message)
             stop, page = start, min(page * 2, _MAX_PAGE)
-        return [_to_event(m) for m in reversed(kept)]
+        return [to_event(m) for m in reversed(kept)]
 
     @override
     async def list_sessions(
@@ -346,25 +231,25 @@ class HiststoreSessionService(BaseSessionService):
         id. The installed ADK defines no paging for this call, so all are returned.
         """
         store = await self._store()
-        wanted: dict[str, Any] = {_KIND: "session", _APP: app_name}
+        wanted: dict[str, Any] = {KIND: "session", APP: app_name}
         if user_id is not None:
-            wanted[_USER] = user_id
+            wanted[USER] = user_id
         ids = await store.conversations(metadata=wanted)
         found = await asyncio.gather(*(self._metadata_or_none(store, c) for c in ids))
         metadatas = [m for m in found if m is not None]
-        users = sorted({m[_USER] for m in metadatas})
-        app_state = await self._state_of(store, _app_conversation(app_name))
+        users = sorted({m[USER] for m in metadatas})
+        app_state = await state_of(store, app_conversation(app_name))
         user_states = await asyncio.gather(
-            *(self._state_of(store, _user_conversation(app_name, u)) for u in users)
+            *(state_of(store, user_conversation(app_name, u)) for u in users)
         )
         by_user = dict(zip(users, user_states, strict=True))
         sessions = [
             Session(
                 app_name=app_name,
-                user_id=m[_USER],
-                id=m[_SESSION],
-                state=_merged_state(_state_from_metadata(m), app_state, by_user[m[_USER]]),
-                last_update_time=m[_UPDATED],
+                user_id=m[USER],
+                id=m[SESSION],
+                state=merged_state(state_from_metadata(m), app_state, by_user[m[USER]]),
+                last_update_time=m[UPDATED],
             )
             for m in metadatas
         ]
@@ -382,7 +267,7 @@ class HiststoreSessionService(BaseSessionService):
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The user's state, keys without the ``user:`` prefix; ``{}`` when there is none."""
         store = await self._store()
-        return await self._state_of(store, _user_conversation(app_name, user_id))
+        return await state_of(store, user_conversation(app_name, user_id))
 
     # ------------------------------------------------------------------ events
 
@@ -412,14 +297,14 @@ class HiststoreSessionService(BaseSessionService):
             raise SessionNotFoundError(f"Session {session.id} not found.")
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
-        app_delta, user_delta, session_delta = _split_state(event.actions.state_delta)
+        app_delta, user_delta, session_delta = split_state(event.actions.state_delta)
         try:
             record = _event_record(event)
         except (PydanticSerializationError, TypeError, ValueError) as exc:
             raise InvalidMessage("an ADK event cannot be stored as JSON") from exc
         canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         key = "adk-event:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
-        at = _marker_position(session)
+        at = marker_position(session)
         if at is None:
             at = await self._unmarked_position(store, conversation, session)
         try:
@@ -437,11 +322,11 @@ class HiststoreSessionService(BaseSessionService):
         if outcome.length == at:  # an equal event was already stored: nothing changes
             return event
         await store.merge_metadata(
-            conversation, {_UPDATED: event.timestamp, **_state_metadata(session_delta)}
+            conversation, {UPDATED: event.timestamp, **state_metadata(session_delta)}
         )
-        await self._merge_scoped(store, session.app_name, session.user_id, app_delta, user_delta)
+        await merge_scoped(store, session.app_name, session.user_id, app_delta, user_delta)
         session.last_update_time = event.timestamp
-        _set_marker(session, at + 1)
+        set_marker(session, at + 1)
         return self._commit_event_to_session(session, event)
 
     async def _unmarked_position(self, store: Store, conversation: str, session: Session) -> int:
@@ -453,7 +338,7 @@ class HiststoreSessionService(BaseSessionService):
         newest = await store.read(conversation, limit=1)
         if not newest:
             return 0
-        data = _event_data(newest[0])
+        data = event_data(newest[0])
         if data["timestamp"] > session.last_update_time and not (
             session.events and session.events[-1].id == data.get("id")
         ):
@@ -465,73 +350,9 @@ class HiststoreSessionService(BaseSessionService):
         assert position is not None
         return position + 1
 
-    # ------------------------------------------------------------------ app and user state
-
-    async def _merge_scoped(
-        self,
-        store: Store,
-        app_name: str,
-        user_id: str,
-        app_delta: Mapping[str, Any],
-        user_delta: Mapping[str, Any],
-    ) -> None:
-        writes = []
-        if app_delta:
-            writes.append(
-                store.merge_metadata(
-                    _app_conversation(app_name),
-                    {_KIND: "app-state", _APP: app_name, **_state_metadata(app_delta)},
-                )
-            )
-        if user_delta:
-            writes.append(
-                store.merge_metadata(
-                    _user_conversation(app_name, user_id),
-                    {
-                        _KIND: "user-state",
-                        _APP: app_name,
-                        _USER: user_id,
-                        **_state_metadata(user_delta),
-                    },
-                )
-            )
-        await asyncio.gather(*writes)
-
-    async def _scoped_state(
-        self, store: Store, app_name: str, user_id: str
-    ) -> Sequence[dict[str, Any]]:
-        return await asyncio.gather(
-            self._state_of(store, _app_conversation(app_name)),
-            self._state_of(store, _user_conversation(app_name, user_id)),
-        )
-
-    @staticmethod
-    async def _state_of(store: Store, conversation: str) -> dict[str, Any]:
-        try:
-            return _state_from_metadata(await store.metadata(conversation))
-        except NotFound:
-            return {}
-
     @staticmethod
     async def _metadata_or_none(store: Store, conversation: str) -> dict[str, Any] | None:
         try:
             return await store.metadata(conversation)
         except NotFound:  # deleted since it was listed
             return None
-
-    # ------------------------------------------------------------------ lifetime
-
-    async def close(self) -> None:
-        """Release an owned store (a borrowed one stays open). Idempotent."""
-        await self._handle.close()
-
-    async def __aenter__(self) -> HiststoreSessionService:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()

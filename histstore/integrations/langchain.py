@@ -25,16 +25,13 @@ written. Messages stored by other code in the Chat Completions shape (``{"role":
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import threading
-from collections.abc import Awaitable, Callable, Sequence
-from types import TracebackType
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from histstore import HistStoreError, InvalidMessage, Message, validate_id
+from histstore import InvalidMessage, Message, validate_id
 
 from . import StoreTarget, _missing_framework, _StoreHandle
+from ._sync import BridgedAdapter, LoopBridge
 
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
@@ -101,34 +98,7 @@ def from_stored(data: dict[str, Any]) -> BaseMessage:
     return convert_to_messages([data])[0]
 
 
-class _LoopThread:
-    """A private event loop, running in a daemon thread, for the sync methods."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        started = threading.Event()
-        self.loop.call_soon(started.set)
-        self._thread = threading.Thread(target=self._run, name="histstore-langchain", daemon=True)
-        self._thread.start()
-        started.wait()
-
-    def _run(self) -> None:
-        loop = self.loop
-        asyncio.set_event_loop(loop)
-        try:
-            loop.run_forever()
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.run_until_complete(loop.shutdown_default_executor())
-        finally:
-            loop.close()
-
-    def stop(self) -> None:
-        """Stop the loop and wait for the thread to end."""
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-
-
-class HiststoreChatMessageHistory(BaseChatMessageHistory):
+class HiststoreChatMessageHistory(BridgedAdapter, BaseChatMessageHistory):
     """A chat history on one histstore conversation.
 
     The async methods (``aget_messages``, ``aadd_messages``, ``aclear``) are native.
@@ -159,15 +129,16 @@ class HiststoreChatMessageHistory(BaseChatMessageHistory):
     def __init__(self, conversation_id: str, store: StoreTarget) -> None:
         super().__init__()
         self.conversation_id = validate_id(conversation_id)
-        self._handle = _StoreHandle(store)
-        self._lock = threading.Lock()
-        self._thread: _LoopThread | None = None
-        self._home: asyncio.AbstractEventLoop | None = None
-        if not self._handle.owned:
-            try:
-                self._home = asyncio.get_running_loop()
-            except RuntimeError:
-                self._home = None
+        handle = _StoreHandle(store)
+        self._bridge: LoopBridge[Store] = LoopBridge(
+            handle,
+            handle.get,
+            owner="HiststoreChatMessageHistory",
+            noun="history",
+            call_args="()",
+            closed=f"the history of conversation {self.conversation_id!r} is closed",
+            thread_name="histstore-langchain",
+        )
 
     # ------------------------------------------------------------------ async API
 
@@ -178,7 +149,7 @@ class HiststoreChatMessageHistory(BaseChatMessageHistory):
             InvalidMessage: a stored message is not one LangChain can read (the error
                 names its position, not its content).
         """
-        return await self._acall(self._read)
+        return await self._bridge.acall(self._read)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Append messages in one transaction: all of them or none.
@@ -195,7 +166,7 @@ class HiststoreChatMessageHistory(BaseChatMessageHistory):
         async def write(store: Store) -> None:
             await store.write(self.conversation_id, batch)
 
-        await self._acall(write)
+        await self._bridge.acall(write)
 
     async def aclear(self) -> None:
         """Remove the conversation and everything it holds."""
@@ -203,28 +174,14 @@ class HiststoreChatMessageHistory(BaseChatMessageHistory):
         async def clear(store: Store) -> None:
             await store.clear(self.conversation_id)
 
-        await self._acall(clear)
-
-    async def aclose(self) -> None:
-        """Release an owned store and the private loop thread; a borrowed store is left
-        open. Idempotent."""
-        with self._lock:
-            home, thread = self._home, self._thread
-            self._thread = None
-        if self._handle.owned and not self._handle.closed:
-            if home is None or home is asyncio.get_running_loop():
-                await self._handle.close()
-            else:
-                await asyncio.wrap_future(self._submit_close(home))
-        if thread is not None:
-            await asyncio.to_thread(thread.stop)
+        await self._bridge.acall(clear)
 
     # ------------------------------------------------------------------ sync API
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The conversation's messages, oldest first (sync ``aget_messages``)."""
-        return self._call(self._read, "messages", "aget_messages")
+        return self._bridge.call(self._read, "messages", "aget_messages")
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Append messages in one transaction (sync ``aadd_messages``)."""
@@ -235,7 +192,7 @@ class HiststoreChatMessageHistory(BaseChatMessageHistory):
         async def write(store: Store) -> None:
             await store.write(self.conversation_id, batch)
 
-        self._call(write, "add_messages", "aadd_messages")
+        self._bridge.call(write, "add_messages", "aadd_messages")
 
     def clear(self) -> None:
         """Remove the conversation and everything it holds (sync ``aclear``)."""
@@ -243,42 +200,7 @@ class HiststoreChatMessageHistory(BaseChatMessageHistory):
         async def clear(store: Store) -> None:
             await store.clear(self.conversation_id)
 
-        self._call(clear, "clear", "aclear")
-
-    def close(self) -> None:
-        """Release an owned store and the private loop thread (sync ``aclose``)."""
-        self._no_loop_here("close", "aclose")
-        with self._lock:
-            home, thread = self._home, self._thread
-            self._thread = None
-        if self._handle.owned and home is not None and not self._handle.closed:
-            self._submit_close(home).result()
-        if thread is not None:
-            thread.stop()
-
-    # ------------------------------------------------------------------ context managers
-
-    async def __aenter__(self) -> HiststoreChatMessageHistory:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    def __enter__(self) -> HiststoreChatMessageHistory:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+        self._bridge.call(clear, "clear", "aclear")
 
     def __repr__(self) -> str:
         return f"HiststoreChatMessageHistory({self.conversation_id!r})"
@@ -297,66 +219,3 @@ class HiststoreChatMessageHistory(BaseChatMessageHistory):
                 f"message {message.position} of conversation {self.conversation_id!r}"
                 f" is not a message LangChain can read ({type(exc).__name__})"
             ) from None
-
-    async def _acall(self, op: Callable[[Store], Awaitable[T]]) -> T:
-        """Run ``op`` on the store, on the loop the store belongs to."""
-        loop = asyncio.get_running_loop()
-        self._check_open()
-        with self._lock:
-            if not self._handle.owned or self._home is None:
-                self._home = loop
-            home = self._home
-        if home is loop:
-            return await op(await self._handle.get())
-        return await asyncio.wrap_future(self._submit(home, op))
-
-    def _check_open(self) -> None:
-        if self._handle.closed:
-            raise HistStoreError(f"the history of conversation {self.conversation_id!r} is closed")
-
-    def _no_loop_here(self, name: str, async_name: str) -> None:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        raise RuntimeError(
-            f"HiststoreChatMessageHistory.{name} is synchronous and cannot run in a thread"
-            f" whose event loop is running; use `await history.{async_name}()` instead"
-        )
-
-    def _call(self, op: Callable[[Store], Awaitable[T]], name: str, async_name: str) -> T:
-        """Run ``op`` from sync code: on the store's loop, or on a private loop thread."""
-        self._no_loop_here(name, async_name)
-        self._check_open()
-        with self._lock:
-            if self._home is None:
-                if not self._handle.owned:
-                    raise RuntimeError(
-                        f"HiststoreChatMessageHistory.{name} needs the event loop its Store"
-                        " runs on: make the history inside that loop, or call"
-                        f" `await history.{async_name}()` there once; or give the history a"
-                        " URL or path so that it owns its store"
-                    )
-                self._thread = _LoopThread()
-                self._home = self._thread.loop
-            home = self._home
-        return self._submit(home, op).result()
-
-    def _submit(
-        self, home: asyncio.AbstractEventLoop, op: Callable[[Store], Awaitable[T]]
-    ) -> concurrent.futures.Future[T]:
-        if home.is_closed() or not home.is_running():
-            raise RuntimeError("the event loop this history's store runs on is no longer running")
-
-        async def run() -> T:
-            return await op(await self._handle.get())
-
-        return asyncio.run_coroutine_threadsafe(run(), home)
-
-    def _submit_close(self, home: asyncio.AbstractEventLoop) -> concurrent.futures.Future[None]:
-        if home.is_closed() or not home.is_running():
-            raise RuntimeError(
-                "cannot close the history's store: the event loop it was opened on is no"
-                " longer running (close it before that loop ends)"
-            )
-        return asyncio.run_coroutine_threadsafe(self._handle.close(), home)

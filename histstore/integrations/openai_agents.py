@@ -18,12 +18,11 @@ rest of histstore (``histstore.turns`` understands these items).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from histstore import Message, Store, validate_id
 
-from . import StoreTarget, _missing_framework, _StoreHandle
+from . import StoreTarget, _missing_framework, _StoreAdapter, _StoreHandle
 
 try:
     from agents.memory.session_settings import (
@@ -50,7 +49,7 @@ Window = WindowReader | Callable[[Store], WindowReader]
 """A ``WindowStore`` (or alike), or a function making one from the session's store."""
 
 
-class HiststoreSession:
+class HiststoreSession(_StoreAdapter):
     """A ``Session`` (the Agents SDK protocol) on a histstore conversation.
 
     Args:
@@ -101,9 +100,6 @@ class HiststoreSession:
             if isinstance(session_settings, Mapping)
             else session_settings
         )
-
-    async def _store(self) -> Store:
-        return await self._handle.get()
 
     def _reader(self, store: Store) -> WindowReader:
         if self._window is None:
@@ -156,21 +152,6 @@ class HiststoreSession:
         """Remove every item of the session (its whole histstore conversation)."""
         store = await self._store()
         await store.clear(self.session_id)
-
-    async def close(self) -> None:
-        """Release an owned store (a borrowed one stays open). Idempotent."""
-        await self._handle.close()
-
-    async def __aenter__(self) -> HiststoreSession:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def __repr__(self) -> str:
         return f"HiststoreSession({self.session_id!r})"

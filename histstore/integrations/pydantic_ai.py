@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any, Final
 
-from histstore import InvalidMessage, Message, Store, WindowTooSmall, validate_id
+from histstore import InvalidMessage, Message, WindowTooSmall, validate_id
 
-from . import StoreTarget, _missing_framework, _StoreHandle
+from . import StoreTarget, _missing_framework, _StoreAdapter, _StoreHandle, _unwrap
 
 try:
     from pydantic_ai.messages import (
@@ -60,13 +59,9 @@ _DEFAULT: Final = _Default()
 
 
 def _payload(message: Message) -> dict[str, Any]:
-    data = message.to_dict()
-    if data.get("type") != MESSAGE_TYPE or not isinstance(data.get("message"), dict):
-        raise InvalidMessage(
-            f"message {message.position} of the conversation is not a Pydantic AI message"
-        )
-    payload: dict[str, Any] = data["message"]
-    return payload
+    return _unwrap(
+        message, MESSAGE_TYPE, "message", "the conversation is not a Pydantic AI message"
+    )
 
 
 def _starts_clean(message: Message) -> bool:
@@ -78,7 +73,7 @@ def _starts_clean(message: Message) -> bool:
     )
 
 
-class HiststoreMessageHistory:
+class HiststoreMessageHistory(_StoreAdapter):
     """A Pydantic AI message history (a list of ``ModelMessage``) in one conversation.
 
     Args:
@@ -103,9 +98,6 @@ class HiststoreMessageHistory:
         self.conversation_id = validate_id(conversation_id)
         self._handle = _StoreHandle(store)
         self.limit = _check_limit(limit)
-
-    async def _store(self) -> Store:
-        return await self._handle.get()
 
     async def messages(self, *, limit: int | _Default | None = _DEFAULT) -> list[ModelMessage]:
         """The stored messages, oldest first, ready for ``agent.run(message_history=...)``.
@@ -168,21 +160,6 @@ class HiststoreMessageHistory:
         """Remove the whole history (the histstore conversation). Idempotent."""
         store = await self._store()
         await store.clear(self.conversation_id)
-
-    async def close(self) -> None:
-        """Release an owned store (a borrowed one stays open). Idempotent."""
-        await self._handle.close()
-
-    async def __aenter__(self) -> HiststoreMessageHistory:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def __repr__(self) -> str:
         return f"HiststoreMessageHistory({self.conversation_id!r})"

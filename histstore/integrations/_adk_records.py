@@ -1,0 +1,173 @@
+"""How ADK records map onto histstore: the conversation ids of sessions and of app and user
+state, state keys and values as conversation metadata, events as messages, and the marker
+that says which stored length a session value reflects."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import string
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from google.adk.events import Event
+from google.adk.sessions import Session, State
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from histstore import InvalidMessage, Message
+
+from . import _unwrap
+
+__all__ = [
+    "APP",
+    "CREATED_LIST",
+    "EVENT_TYPE",
+    "KIND",
+    "SESSION",
+    "UPDATED",
+    "USER",
+    "app_conversation",
+    "event_data",
+    "event_record",
+    "json_safe",
+    "marker_position",
+    "merged_state",
+    "session_conversation",
+    "set_marker",
+    "split_state",
+    "state_from_metadata",
+    "state_metadata",
+    "state_metadata_key",
+    "to_event",
+    "user_conversation",
+]
+
+EVENT_TYPE = "adk_event"
+"""The ``type`` of the message that holds one ADK event."""
+_MARKER = "histstore:"
+
+# The keys of a conversation's metadata that say which ADK record it is.
+KIND, APP, USER, SESSION, UPDATED = (
+    "adk:kind",
+    "adk:app",
+    "adk:user",
+    "adk:session",
+    "adk:updated",
+)
+CREATED_LIST = "adk:created"
+"""The metadata list whose first append claims a session id."""
+# State keys are kept readable where they can be: everything printable but "%" and
+# the space stays as it is; the rest is percent-encoded (UTF-8), so the metadata key
+# never has the control characters or edge whitespace that histstore's key rules forbid.
+_KEY_SAFE = "".join(c for c in string.punctuation if c != "%")
+_ID_LIMIT = 255
+
+
+def conversation_id(kind: str, *parts: str) -> str:
+    """The conversation id of one ADK record: readable when it fits, else a hash."""
+    try:
+        readable = "/".join([kind, *(quote(p, safe="") for p in parts)])
+    except UnicodeEncodeError:  # a lone surrogate: only the hash can hold it
+        readable = ""
+    if readable and len(readable) <= _ID_LIMIT:
+        return readable
+    digest = hashlib.sha256(json.dumps([kind, *parts]).encode("ascii")).hexdigest()
+    return f"{kind}#{digest}"
+
+
+def session_conversation(app_name: str, user_id: str, session_id: str) -> str:
+    return conversation_id("adk-session", app_name, user_id, session_id)
+
+
+def app_conversation(app_name: str) -> str:
+    return conversation_id("adk-app", app_name)
+
+
+def user_conversation(app_name: str, user_id: str) -> str:
+    return conversation_id("adk-user", app_name, user_id)
+
+
+def state_metadata_key(key: str) -> str:
+    try:
+        readable = "state:" + quote(key, safe=_KEY_SAFE)
+    except UnicodeEncodeError:
+        readable = ""
+    if readable and len(readable) <= _ID_LIMIT:
+        return readable
+    return "state#" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def json_safe(values: Mapping[str, Any]) -> dict[str, Any]:
+    """State values as JSON data (as ADK's database service stores them), else InvalidMessage."""
+    try:
+        safe: dict[str, Any] = to_jsonable_python(dict(values))
+        json.dumps(safe, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (PydanticSerializationError, TypeError, ValueError) as exc:
+        raise InvalidMessage("an ADK state value cannot be stored as JSON") from exc
+    return safe
+
+
+def split_state(state: Mapping[str, Any] | None) -> tuple[dict[str, Any], ...]:
+    """``(app, user, session)`` state from ADK's prefixed keys; ``temp:`` keys are dropped."""
+    app: dict[str, Any] = {}
+    user: dict[str, Any] = {}
+    session: dict[str, Any] = {}
+    for key, value in (state or {}).items():
+        if key.startswith(State.APP_PREFIX):
+            app[key.removeprefix(State.APP_PREFIX)] = value
+        elif key.startswith(State.USER_PREFIX):
+            user[key.removeprefix(State.USER_PREFIX)] = value
+        elif not key.startswith(State.TEMP_PREFIX):
+            session[key] = value
+    return json_safe(app), json_safe(user), json_safe(session)
+
+
+def state_metadata(state: Mapping[str, Any]) -> dict[str, Any]:
+    # Each value is stored as [key, value]: the original key survives any encoding, and a
+    # None value (which merge_metadata reads as "remove") stays a value.
+    return {state_metadata_key(k): [k, v] for k, v in state.items()}
+
+
+def state_from_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        pair[0]: pair[1] for key, pair in metadata.items() if key.startswith(("state:", "state#"))
+    }
+
+
+def merged_state(
+    session: Mapping[str, Any], app: Mapping[str, Any], user: Mapping[str, Any]
+) -> dict[str, Any]:
+    merged = dict(session)
+    merged.update({State.APP_PREFIX + k: v for k, v in app.items()})
+    merged.update({State.USER_PREFIX + k: v for k, v in user.items()})
+    return merged
+
+
+def event_record(event: Event) -> dict[str, Any]:
+    """The histstore message (as a dict) that stores one event."""
+    return {"type": EVENT_TYPE, "event": event.model_dump(mode="json", exclude_none=True)}
+
+
+def event_data(message: Message) -> dict[str, Any]:
+    """The event JSON of a stored event record, else ``InvalidMessage``."""
+    return _unwrap(message, EVENT_TYPE, "event", "an ADK session is not an ADK event record")
+
+
+def to_event(message: Message) -> Event:
+    return Event.model_validate(event_data(message))
+
+
+def marker_position(session: Session) -> int | None:
+    """The stored length a session value reflects, when this service loaded it."""
+    marker = session._storage_update_marker
+    if marker is None or not marker.startswith(_MARKER):
+        return None
+    try:
+        return int(marker.removeprefix(_MARKER))
+    except ValueError:
+        return None
+
+
+def set_marker(session: Session, length: int) -> None:
+    session._storage_update_marker = f"{_MARKER}{length}"

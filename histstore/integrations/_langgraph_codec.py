@@ -1,0 +1,240 @@
+"""How ``HiststoreSaver`` turns LangGraph's values into checkpoint records and back: thread
+ids and configs, a checkpoint (its plain values inline, the rest as channel values) and
+pending writes serialized by the saver's ``serde``, listing arguments, and loading."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+from uuid import UUID
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    PendingWrite,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from histstore import InvalidId, InvalidMessage, validate_id
+from histstore.checkpoints import Blob, CheckpointStore, StoredCheckpoint, Write
+
+__all__ = [
+    "Put",
+    "PutWrites",
+    "as_thread_id",
+    "config_of",
+    "dump_put",
+    "dump_writes",
+    "list_args",
+    "load",
+    "locate",
+    "needs_thread",
+    "uses_delta",
+]
+
+_SCALARS = (str, int, float, bool)
+DELTA_KEY = "counters_since_delta_snapshot"
+
+
+def thread_id_of(config: Mapping[str, Any]) -> str:
+    configurable = config.get("configurable") or {}
+    value = configurable.get("thread_id")
+    if value is None:
+        raise InvalidId("the config has no configurable thread_id")
+    return as_thread_id(value)
+
+
+def as_thread_id(value: object) -> str:
+    if isinstance(value, (int, UUID)) and not isinstance(value, bool):
+        value = str(value)
+    return validate_id(value, what="thread id")
+
+
+def config_of(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
+
+
+def to_json(value: object, what: str) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidMessage(f"{what} is not storable JSON ({type(exc).__name__})") from None
+
+
+def locate(config: RunnableConfig) -> tuple[str, str, str | None]:
+    configurable = config.get("configurable") or {}
+    return (
+        thread_id_of(config),
+        str(configurable.get("checkpoint_ns", "")),
+        get_checkpoint_id(config),
+    )
+
+
+def needs_thread(values: Any) -> bool:
+    """Whether serializing ``values`` is worth a worker thread (anything not scalar)."""
+    return any(v is not None and not isinstance(v, _SCALARS) for v in values)
+
+
+def dump_put(
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+) -> Put:
+    configurable = config.get("configurable") or {}
+    thread_id = thread_id_of(config)
+    ns = str(configurable.get("checkpoint_ns", ""))
+    values = checkpoint["channel_values"]
+    inline = {k: v for k, v in values.items() if v is None or isinstance(v, _SCALARS)}
+    versions = checkpoint["channel_versions"]
+    blobs = {k: str(versions[k]) for k in values if k not in inline and k in versions}
+    new_blobs = [
+        Blob(k, blobs[k], *serde.dumps_typed(values[k])) for k in new_versions if k in blobs
+    ]
+    copy = cast(dict[str, Any], checkpoint.copy())
+    copy["channel_values"] = inline
+    type_, payload = serde.dumps_typed(copy)
+    md = get_serializable_checkpoint_metadata(config, metadata)
+    run_id = md.get("run_id")
+    return Put(
+        thread_id,
+        ns,
+        {
+            "checkpoint_id": checkpoint["id"],
+            "parent_checkpoint_id": configurable.get("checkpoint_id"),
+            "type": type_,
+            "checkpoint": payload,
+            "metadata": to_json(md, "checkpoint metadata"),
+            "run_id": None if run_id is None else str(run_id),
+            "blobs": blobs,
+            "new_blobs": new_blobs,
+        },
+    )
+
+
+def dump_writes(
+    serde: SerializerProtocol,
+    config: RunnableConfig,
+    writes: Sequence[tuple[str, Any]],
+    task_id: str,
+    task_path: str,
+) -> PutWrites:
+    thread_id, ns, checkpoint_id = locate(config)
+    if checkpoint_id is None:
+        raise InvalidId("pending writes need the config of a checkpoint (checkpoint_id)")
+    rows = [
+        Write(
+            str(task_id),
+            WRITES_IDX_MAP.get(channel, idx),
+            channel,
+            *serde.dumps_typed(value),
+            task_path=task_path,
+        )
+        for idx, (channel, value) in enumerate(writes)
+    ]
+    replace = all(channel in WRITES_IDX_MAP for channel, _ in writes)
+    return PutWrites(thread_id, ns, checkpoint_id, rows, replace)
+
+
+def load(serde: SerializerProtocol, stored: StoredCheckpoint) -> CheckpointTuple:
+    loads = serde.loads_typed
+    checkpoint = cast(Checkpoint, loads((stored.type, stored.checkpoint)))
+    values = dict(checkpoint.get("channel_values") or {})
+    versions = checkpoint.get("channel_versions") or {}
+    for blob in stored.values:
+        version = versions.get(blob.channel)
+        if blob.type != "empty" and blob.blob is not None and str(version) == blob.version:
+            values[blob.channel] = loads((blob.type, blob.blob))
+    checkpoint["channel_values"] = values
+    writes: list[PendingWrite] = [
+        (w.task_id, w.channel, loads((w.type, w.blob))) for w in stored.writes
+    ]
+    parent = stored.parent_checkpoint_id
+    return CheckpointTuple(
+        config=config_of(stored.thread_id, stored.checkpoint_ns, stored.checkpoint_id),
+        checkpoint=checkpoint,
+        metadata=cast(CheckpointMetadata, json.loads(stored.metadata)),
+        parent_config=None
+        if parent is None
+        else config_of(stored.thread_id, stored.checkpoint_ns, parent),
+        pending_writes=writes,
+    )
+
+
+def list_args(
+    config: RunnableConfig | None,
+    filter: dict[str, Any] | None,
+    before: RunnableConfig | None,
+    limit: int | None,
+) -> tuple[tuple[str | None, str | None], dict[str, Any]]:
+    thread_id: str | None = None
+    ns: str | None = None
+    checkpoint_id: str | None = None
+    if config is not None:
+        configurable = config.get("configurable") or {}
+        if configurable.get("thread_id") is not None:
+            thread_id = thread_id_of(config)
+        if configurable.get("checkpoint_ns") is not None:
+            ns = str(configurable["checkpoint_ns"])
+        checkpoint_id = get_checkpoint_id(config)
+    where = None
+    if filter:
+        wanted = json.loads(to_json(filter, "the metadata filter"))
+
+        def where(text: str) -> bool:
+            metadata = json.loads(text)
+            return all(metadata.get(k) == v for k, v in wanted.items())
+
+    return (thread_id, ns), {
+        "checkpoint_id": checkpoint_id,
+        "before": None if before is None else get_checkpoint_id(before),
+        "limit": limit,
+        "where": where,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    """A serialized ``put``: what the storage stores, ready to run on any loop."""
+
+    thread_id: str
+    ns: str
+    args: dict[str, Any]
+
+    def __call__(self, storage: CheckpointStore) -> Awaitable[None]:
+        return storage.put(self.thread_id, self.ns, **self.args)
+
+
+@dataclass(frozen=True, slots=True)
+class PutWrites:
+    """A serialized ``put_writes``, ready to run on any loop."""
+
+    thread_id: str
+    ns: str
+    checkpoint_id: str
+    rows: list[Write]
+    replace: bool
+
+    def __call__(self, storage: CheckpointStore) -> Awaitable[None]:
+        return storage.put_writes(
+            self.thread_id, self.ns, self.checkpoint_id, self.rows, replace=self.replace
+        )
+
+
+def uses_delta(metadata: str) -> bool:
+    return DELTA_KEY in metadata and DELTA_KEY in json.loads(metadata)
