@@ -40,6 +40,8 @@ class Shared:
     _statements: dict[bool, Statements] = field(default_factory=dict)
     lease_released: dict[str, asyncio.Event] = field(default_factory=dict)
     """Wakes this process's lease waiters when a lease on a conversation is released."""
+    lease_queues: dict[str, Any] = field(default_factory=dict)
+    """This process's lease waiters per conversation, queued in arrival order."""
 
     def statements(self, scoped: bool) -> Statements:
         """The statements of a whole store or (``scoped``) of a user's view."""

@@ -26,7 +26,15 @@ from ._ids import validate_id
 __all__ = ["Lease", "Leases"]
 
 _FIRST_POLL = 0.005
-_MAX_POLL = 0.25
+_MAX_POLL = 0.05
+
+
+class _Queue:
+    """This process's waiters for one conversation's lease, in arrival order."""
+
+    def __init__(self) -> None:
+        self.turn = asyncio.Lock()
+        self.waiting = 0
 
 
 class Lease:
@@ -119,17 +127,34 @@ class Leases:
             left = yield FETCH, ctx.sql.lease_left, {"c": conversation}
             return float(left[0][0]) if left else 0.0
 
-        while True:
-            left = await ctx.executor.write(program(), action="lease", conversation=conversation)
-            if left is None:
-                return Lease(self, conversation, holder, ttl)
-            if not wait:
-                raise ConflictError(f"conversation {conversation!r} is leased by another holder")
-            event = ctx.shared.lease_released.setdefault(conversation, asyncio.Event())
-            try:
-                await asyncio.wait_for(event.wait(), min(poll, max(left, 0.001)))
-            except asyncio.TimeoutError:
-                poll = min(poll * 2, _MAX_POLL)
+        # This process's waiters for one conversation queue first come, first served:
+        # only the first of them asks the database, so a release is not raced for by
+        # every local waiter (and others' waiters, polling, are not always outrun).
+        queue = ctx.shared.lease_queues.get(conversation)
+        if queue is None:
+            queue = ctx.shared.lease_queues[conversation] = _Queue()
+        queue.waiting += 1
+        try:
+            async with queue.turn:
+                while True:
+                    left = await ctx.executor.write(
+                        program(), action="lease", conversation=conversation
+                    )
+                    if left is None:
+                        return Lease(self, conversation, holder, ttl)
+                    if not wait:
+                        raise ConflictError(
+                            f"conversation {conversation!r} is leased by another holder"
+                        )
+                    event = ctx.shared.lease_released.setdefault(conversation, asyncio.Event())
+                    try:
+                        await asyncio.wait_for(event.wait(), min(poll, max(left, 0.001)))
+                    except asyncio.TimeoutError:
+                        poll = min(poll * 2, _MAX_POLL)
+        finally:
+            queue.waiting -= 1
+            if not queue.waiting:
+                ctx.shared.lease_queues.pop(conversation, None)
 
     async def renew(self, lease: Lease) -> bool:
         ctx = self._ctx

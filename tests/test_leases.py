@@ -40,8 +40,12 @@ async def test_waiters_get_the_lease_in_turn(store: Store, cid: str) -> None:
             await asyncio.sleep(0.01)
             inside -= 1
 
-    await asyncio.gather(*(turn(i) for i in range(8)))
-    assert sorted(held) == list(range(8))
+    tasks = []
+    for i in range(8):
+        tasks.append(asyncio.ensure_future(turn(i)))
+        await asyncio.sleep(0)  # each starts waiting before the next arrives
+    await asyncio.gather(*tasks)
+    assert held == list(range(8))  # first come, first served within a process
 
 
 async def test_a_dead_holder_blocks_for_at_most_ttl(store: Store, cid: str) -> None:
