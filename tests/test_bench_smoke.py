@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "turns.py"
 
@@ -32,3 +33,45 @@ def test_quick_sqlite_run_prints_the_ratio_table(tmp_path: Path) -> None:
     assert any("ratio 5,000/100" in line for line in lines)
     assert not any(line.startswith("postgres") for line in lines)
     assert list(json.loads(out.read_text())["results"]) == ["sqlite"]
+
+
+def run_quick(script: str, tmp_path: Path) -> tuple[list[str], dict[str, Any]]:
+    """Run ``bench/<script> --quick --backend sqlite``; its stdout lines and JSON document."""
+    out = tmp_path / "results.json"
+    args = ["--quick", "--backend", "sqlite", "--sqlite-dir", str(tmp_path), "--json", str(out)]
+    proc = subprocess.run(
+        [sys.executable, str(BENCH.parent / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc.stdout.splitlines(), json.loads(out.read_text())
+
+
+def test_quick_processes_run_compares_layouts_and_stores_every_turn(tmp_path: Path) -> None:
+    lines, doc = run_quick("processes.py", tmp_path)
+    assert any(line.startswith("sqlite") and "1 process x 32 tasks" in line for line in lines)
+    assert any(line.startswith("sqlite") and "4 processes x 8 tasks" in line for line in lines)
+    assert any(line.startswith("sqlite") and "4x8 vs 1x32" in line for line in lines)
+    assert not any(line.startswith("postgres") for line in lines)
+    layouts = doc["results"]["sqlite"]["layouts"]
+    assert [(r["processes"], r["tasks"]) for r in layouts] == [(1, 32), (4, 8)]
+    for r in layouts:
+        assert r["errors"] == {}
+        assert r["turns"] == 32 * 5
+        assert r["stored_ok"] is True
+
+
+def test_quick_service_run_serves_both_variants_without_failures(tmp_path: Path) -> None:
+    lines, doc = run_quick("service.py", tmp_path)
+    assert any(line.startswith("sqlite") and "with_history" in line for line in lines)
+    assert any(line.startswith("sqlite") and "serialize=True" in line for line in lines)
+    assert not any(line.startswith("postgres") for line in lines)
+    variants = doc["results"]["sqlite"]["variants"]
+    assert [v["variant"] for v in variants] == ["with_history", "serialize=True"]
+    for v in variants:
+        assert v["failures"] == {}
+        assert v["answered"] == v["requests"]
+        assert v["stored_ok"] is True
