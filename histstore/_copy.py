@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import aclosing
+from datetime import datetime
 from typing import Any, TypeVar
 
 from . import _codec, _rules
@@ -22,7 +23,7 @@ from ._models import Message, Summary
 from ._store import Store
 from ._transfer_format import DEFAULT_BATCH, Progress, TransferStats, now
 from ._transfer_read import Page, Source, StoredConversation
-from ._transfer_sync import Incoming
+from ._transfer_sync import Incoming, MessageRows
 from ._transfer_write import Writer
 
 __all__ = ["copy_store"]
@@ -137,18 +138,21 @@ def _incoming(conv: StoredConversation) -> Incoming:
     )
 
 
-def _messages(
-    cid: str, rows: Sequence[Sequence[Any]], first: int, limit: int
-) -> list[dict[str, Any]]:
-    """Message rows as ``_rules.Batch.rows`` makes them, by the same rules.
+def _messages(cid: str, rows: Sequence[Sequence[Any]], first: int, limit: int) -> MessageRows:
+    """Message rows as import makes them, by the same rules.
 
     The JSON text was checked by the source store when it was written; what the
     destination decides anew is its size limit, the token counts, the times and the
     role column (``_rules.role_key``: an old store may hold a NUL there).
     """
-    out = []
-    stamp = now()
-    for i, (position, role, text, tokens, created, *_) in enumerate(rows):
+    roles: list[str] = []
+    datas: list[str] = []
+    tokens: list[int | None] = []
+    times: list[datetime] = []
+    stamp: datetime | None = None
+    seen: Any = None
+    checked = now()
+    for i, (position, role, text, count, created, *_) in enumerate(rows):
         if position != first + i:
             raise InvalidMessage(f"message at position {position} where {first + i} was expected")
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
@@ -158,17 +162,16 @@ def _messages(
             )
         if not isinstance(role, str):
             role = Message._stored(text, None, None).role
-        out.append(
-            {
-                "conversation_id": cid,
-                "position": position,
-                "role": _rules.role_key(role),
-                "data": text,
-                "token_count": _rules.token_count(tokens, f"token count of message {position}"),
-                "created_at": stamp if created is None else _rules.time(created, "message time"),
-            }
-        )
-    return out
+        roles.append(_rules.role_key(role))
+        datas.append(text)
+        if count is not None:
+            count = _rules.token_count(count, f"token count of message {position}")
+        tokens.append(count)
+        if stamp is None or created != seen:  # a batch's messages share their time
+            seen = created
+            stamp = checked if created is None else _rules.time(created, "message time")
+        times.append(stamp)
+    return MessageRows(first, roles, datas, tokens, times)
 
 
 def _summary(cid: str, row: dict[str, Any]) -> dict[str, Any]:

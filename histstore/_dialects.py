@@ -13,6 +13,7 @@ from typing import Any, Literal
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
+    DateTime,
     Integer,
     Table,
     Text,
@@ -37,6 +38,7 @@ __all__ = [
     "for_update",
     "insert",
     "lock_for_migration",
+    "messages_from_arrays",
     "mode_options",
 ]
 
@@ -181,3 +183,38 @@ def can_create_tables(connection: Connection, schema: str | None) -> bool:
     if name is None:
         name = connection.execute(text("SELECT current_schema()")).scalar()
     return bool(connection.execute(query, {"s": name}).scalar())
+
+
+def messages_from_arrays(dialect: Dialect) -> Any:
+    """An INSERT of a run of one conversation's messages from arrays, where the database
+    has them (Postgres), else ``None``.
+
+    One statement per batch instead of one per row (bulk import and copy). Parameters:
+    ``c`` (the conversation), ``first`` (the first row's position; the rows take the
+    positions that follow in order) and the arrays ``roles``, ``datas``, ``tokens`` and
+    ``times`` (aware datetimes, already checked by ``_rules.time``), all of one length.
+    """
+    if dialect.name != "postgresql":
+        return None
+    msg = s.messages
+    rows = (
+        func.unnest(
+            bindparam("roles", type_=postgresql.ARRAY(Text, dimensions=1)),
+            bindparam("datas", type_=postgresql.ARRAY(Text, dimensions=1)),
+            bindparam("tokens", type_=postgresql.ARRAY(Integer, dimensions=1)),
+            bindparam("times", type_=postgresql.ARRAY(DateTime(timezone=True), dimensions=1)),
+        )
+        .table_valued("role", "data", "token_count", "created_at", with_ordinality="ord")
+        .render_derived()
+    )
+    placed = select(
+        bindparam("c", type_=msg.c.conversation_id.type),
+        bindparam("first", type_=BigInteger) + rows.c.ord - 1,
+        rows.c.role,
+        rows.c.data,
+        rows.c.token_count,
+        rows.c.created_at,
+    )
+    return msg.insert().from_select(
+        ["conversation_id", "position", "role", "data", "token_count", "created_at"], placed
+    )

@@ -115,7 +115,7 @@ async def _export_conversation(
     out.write("".join(summary_line(r) for r in conv.summaries))
     for name, length in conv.lists:
         out.write(list_line(name, length))
-        async for rows in page.items(conv, name):
-            out.write("".join(item_line(r) for r in rows))
+        async for items in page.items(conv, name):
+            out.write("".join(item_line(r) for r in items))
     out.write(end_line(conv.id))
     stats.conversations += 1

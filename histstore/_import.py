@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from . import _codec, _rules
 from ._errors import InvalidMessage
@@ -30,9 +30,8 @@ from ._transfer_format import (
     Progress,
     Reader,
     TransferStats,
-    now,
 )
-from ._transfer_sync import Incoming
+from ._transfer_sync import Incoming, MessageRows
 from ._transfer_write import Writer
 
 __all__ = ["import_store"]
@@ -142,15 +141,16 @@ def _incoming(reader: Reader, record: dict[str, Any]) -> Incoming:
 class _Messages:
     """Message records of one conversation, checked and handed over a batch at a time."""
 
-    def __init__(self, reader: Reader, writer: Writer, cid: str, limit: int) -> None:
+    def __init__(self, reader: Reader, writer: Writer, cid: str, limit: int, batch: int) -> None:
         self.reader, self.writer, self.cid, self.limit = reader, writer, cid, limit
+        self.batch = batch
         self.count = 0
-        self._data: list[Any] = []
-        self._tokens: list[Any] = []
+        self._records: list[dict[str, Any]] = []
         self._times: list[datetime] = []
         self._lines: list[int] = []
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: dict[str, Any]) -> bool:
+        """Take the next message record; whether a batch is ready to ``flush``."""
         reader = self.reader
         position = record.get("position")
         if position != self.count or type(position) is not int:  # one check when fine
@@ -160,29 +160,38 @@ class _Messages:
                 f" {self.count} was expected"
             )
         self.count += 1
-        self._data.append(record.get("data"))
-        self._tokens.append(record.get("token_count"))
+        self._records.append(record)
         self._times.append(reader.time(record, "created_at"))
         self._lines.append(reader.number)
-
-    def __len__(self) -> int:
-        return len(self._data)
+        return len(self._records) >= self.batch
 
     async def flush(self) -> None:
-        if not self._data:
+        records = self._records
+        if not records:
             return
-        first = self.count - len(self._data)
-        checked = self._prepare(self._data, self._tokens, self._times)
+        first = self.count - len(records)
+        data = [r.get("data") for r in records]
+        tokens = [r.get("token_count") for r in records]
+        checked = self._prepare(data, tokens, self._times)
         if checked is None:  # find the first refused record, to name its line
             for i, line in enumerate(self._lines):
-                args = (self._data[i : i + 1], self._tokens[i : i + 1], self._times[i : i + 1])
+                args = (data[i : i + 1], tokens[i : i + 1], self._times[i : i + 1])
                 try:
                     self._prepare(*args, quiet=False)
                 except InvalidMessage as exc:
                     raise self.reader.error(str(exc), line) from None
             raise self.reader.error(f"conversation {self.cid!r}: a message is refused")
-        self._data, self._tokens, self._times, self._lines = [], [], [], []
-        await self.writer.messages(checked.rows(self.cid, first, now()))
+        self._records, self._times, self._lines = [], [], []
+        messages = checked.messages
+        await self.writer.messages(
+            MessageRows(
+                first,
+                [_rules.role_key(m.role) for m in messages],
+                [m._text for m in messages],
+                checked.tokens,
+                cast("list[datetime]", checked.times),  # every record has its time
+            )
+        )
 
     def _prepare(
         self, data: list[Any], tokens: list[Any], times: list[datetime], *, quiet: bool = True
@@ -207,7 +216,7 @@ async def _conversation(
     reader: Reader, writer: Writer, incoming: Incoming, batch: int, limit: int
 ) -> None:
     cid = incoming.id
-    messages = _Messages(reader, writer, cid, limit)
+    messages = _Messages(reader, writer, cid, limit, batch)
     lists: set[str] = set()
     while True:
         record = reader.next()
@@ -215,8 +224,7 @@ async def _conversation(
             raise reader.error(f"the file ends inside conversation {cid!r} (truncated?)")
         kind = record.get("type")
         if kind == "message":
-            messages.add(record)
-            if len(messages) >= batch:
+            if messages.add(record):
                 await messages.flush()
             continue
         await messages.flush()

@@ -359,6 +359,10 @@ class Statements:
         self.delete_items_from = compile_(
             delete(li).where(li.c.conversation_id == conv_id, li.c.name == name, li.c.idx >= start)
         )
+        # A batch of one conversation's messages in one statement, where the database
+        # takes arrays (Postgres); elsewhere ``insert_messages`` runs once per row.
+        arrays = _dialects.messages_from_arrays(dialect)
+        self.insert_message_arrays = None if arrays is None else compile_(arrays)
 
 
 def params(conversation: str, owner: str | None, **more: Any) -> dict[str, Any]:

@@ -205,7 +205,7 @@ class Reader:
                 continue
             try:
                 # NaN and Infinity parse here, and are refused where a value is stored.
-                record = json.loads(raw)
+                record = _parse(raw)
             except RecursionError:
                 raise self.error("the JSON is nested too deeply") from None
             except (UnicodeDecodeError, ValueError):
@@ -274,6 +274,25 @@ class Reader:
         if not isinstance(value, dict):
             raise self.error("'metadata' must be an object")
         return self.rule(_rules.metadata_rows, cid, value)
+
+
+_decoder = json.JSONDecoder()
+_JSON_SPACE = " \t\n\r"
+
+
+def _parse(raw: bytes) -> Any:
+    """``json.loads(raw)``, faster for the lines an export writes.
+
+    A line that starts with ``{`` is UTF-8 to ``json.loads`` too; decoding it here (the
+    same way) and parsing the ``str`` skips its encoding detection and wrapper.
+    """
+    if raw[:1] != b"{":
+        return json.loads(raw)
+    text = raw.decode("utf-8", "surrogatepass")
+    value, end = _decoder.raw_decode(text)
+    if end != len(text) and text[end:].strip(_JSON_SPACE):
+        raise ValueError("extra data after the JSON value")
+    return value
 
 
 def decode_stored(text: str) -> Any:

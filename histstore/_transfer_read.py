@@ -9,13 +9,14 @@ only the view's user's conversations are seen; any other id is ``NotFound``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, func, select, true
+from sqlalchemy import ColumnElement, Select, false, func, select, true, type_coerce
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.types import NullType
 
 from . import _schema as s
 from ._context import Context, not_found
@@ -47,11 +48,33 @@ class StoredConversation:
 class Page:
     """Conversations read in one snapshot transaction; messages and items on demand."""
 
-    def __init__(self, conn: AsyncConnection, convs: list[StoredConversation], batch: int) -> None:
+    def __init__(
+        self,
+        conn: AsyncConnection,
+        convs: list[StoredConversation],
+        batch: int,
+        time: Callable[[Any], Any],
+    ) -> None:
         self.conn = conn
         self.convs = convs
         self._batch = batch
         self._small: dict[str, list[Row]] | None = None
+        self._time = time
+        self._times: dict[Any, Any] = {}  # a batch's messages share their time
+
+    def _rows(self, raw: Sequence[Row]) -> list[Row]:
+        """Message rows as read (``created_at`` as the driver gives it), with their times
+        converted once per distinct value."""
+        times = self._times
+        out: list[Row] = []
+        if len(times) > 4 * self._batch:
+            times.clear()
+        for position, role, data, tokens, created, *rest in raw:
+            at = times.get(created)
+            if at is None:
+                at = times[created] = self._time(created)
+            out.append((position, role, data, tokens, at, *rest))
+        return out
 
     async def messages(self, conv: StoredConversation) -> AsyncIterator[list[Row]]:
         """Rows of (position, role, data, token_count, created_at), a batch at a time."""
@@ -65,7 +88,7 @@ class Page:
                 yield rows
             return
         position = 0
-        cols = [_msg.c[name] for name in _ROWS]
+        cols = _columns()
         while True:
             stmt = (
                 select(*cols)
@@ -73,7 +96,7 @@ class Page:
                 .order_by(_msg.c.position)
                 .limit(self._batch)
             )
-            rows = list(await self.conn.execute(stmt))
+            rows = self._rows((await self.conn.execute(stmt)).all())
             if not rows:
                 return
             yield rows
@@ -87,7 +110,7 @@ class Page:
         group: list[str] = []
         size = 0
         small = [c for c in self.convs if 0 < c.length <= self._batch]
-        cols = [*(_msg.c[name] for name in _ROWS), _msg.c.conversation_id]
+        cols = [*_columns(), _msg.c.conversation_id]
         for i, conv in enumerate(small):
             group.append(conv.id)
             size += conv.length
@@ -97,12 +120,12 @@ class Page:
                     .where(_msg.c.conversation_id.in_(group))
                     .order_by(_msg.c.conversation_id, _msg.c.position)
                 )
-                for r in await self.conn.execute(stmt):
+                for r in self._rows((await self.conn.execute(stmt)).all()):
                     found.setdefault(r[5], []).append(r)
                 group, size = [], 0
         return found
 
-    async def items(self, conv: StoredConversation, name: str) -> AsyncIterator[list[Row]]:
+    async def items(self, conv: StoredConversation, name: str) -> AsyncIterator[Sequence[Row]]:
         """A named list's rows of (idx, value, blob), a batch at a time."""
         li = s.list_items
         idx = 0
@@ -113,7 +136,7 @@ class Page:
                 .order_by(li.c.idx)
                 .limit(self._batch)
             )
-            rows: list[Row] = list(await self.conn.execute(stmt))
+            rows: Sequence[Row] = (await self.conn.execute(stmt)).all()
             if not rows:
                 return
             yield rows
@@ -136,12 +159,10 @@ class Source:
         self._ctx = ctx
         self._ids = list(dict.fromkeys(ids)) if ids is not None else None
         self._batch = batch
-        visible: ColumnElement[bool] = true()
-        if ctx.owner is not None:
-            visible = and_(visible, _conv.c.owner == ctx.owner)
-        if user is not None:
-            visible = and_(visible, _conv.c.owner == user)
-        self._visible = visible
+        scope = ctx.scope(user) if ctx.sees(user) else false()
+        self._visible: ColumnElement[bool] = true() if scope is None else scope
+        convert = ctx.executor.driver.result_processor(_msg.c.created_at.type)
+        self._time: Callable[[Any], Any] = convert or _same
 
     def _select(self, *cols: Any) -> Select[Any]:
         return select(*cols).where(self._visible)
@@ -205,7 +226,19 @@ class Source:
             ids = [cid for cid, _length in run]
             async with self._ctx.executor.session("snapshot", action="read") as conn:
                 convs = await _read_convs(conn, ids, self._visible)
-                yield Page(conn, convs, self._batch)
+                yield Page(conn, convs, self._batch, self._time)
+
+
+def _columns() -> list[ColumnElement[Any]]:
+    """The message columns read, ``created_at`` as the driver gives it (see ``Page._rows``)."""
+    return [
+        type_coerce(_msg.c[name], NullType()) if name == "created_at" else _msg.c[name]
+        for name in _ROWS
+    ]
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _cut(pending: list[tuple[str, int]], budget: int, *, final: bool) -> Iterable[list[Any]]:

@@ -22,7 +22,7 @@ from . import _schema as s
 from ._context import Context
 from ._drivers import EXECUTE, EXECUTE_MANY, FETCH, CompiledStatement, Step
 
-__all__ = ["Incoming", "Steps", "Target"]
+__all__ = ["Incoming", "MessageRows", "Steps", "Target"]
 
 T = TypeVar("T")
 
@@ -43,6 +43,68 @@ class Incoming:
     updated_at: datetime
     metadata: list[Row] = field(default_factory=list)
     summaries: list[Row] = field(default_factory=list)
+
+
+@dataclass
+class MessageRows:
+    """Validated message rows of one conversation by column, at positions ``first`` on.
+
+    Columns, not a dict per row: Postgres takes them as arrays in one statement, and a
+    dict per row is made only where the driver needs one (SQLite's ``executemany``).
+    """
+
+    first: int
+    roles: list[str]
+    datas: list[str]
+    tokens: list[int | None]
+    times: list[datetime]
+
+    def __len__(self) -> int:
+        return len(self.datas)
+
+    def arrays(self, cid: str, skip: int) -> dict[str, Any]:
+        """Parameters of ``insert_message_arrays`` for the rows from ``skip`` on."""
+        if skip:
+            return {
+                "c": cid,
+                "first": self.first + skip,
+                "roles": self.roles[skip:],
+                "datas": self.datas[skip:],
+                "tokens": self.tokens[skip:],
+                "times": self.times[skip:],
+            }
+        return {
+            "c": cid,
+            "first": self.first,
+            "roles": self.roles,
+            "datas": self.datas,
+            "tokens": self.tokens,
+            "times": self.times,
+        }
+
+    def dicts(self, cid: str, skip: int) -> list[Row]:
+        """Rows of ``insert_messages`` for the rows from ``skip`` on."""
+        first = self.first
+        return [
+            {
+                "conversation_id": cid,
+                "position": first + i,
+                "role": self.roles[i],
+                "data": self.datas[i],
+                "token_count": self.tokens[i],
+                "created_at": self.times[i],
+            }
+            for i in range(skip, len(self.datas))
+        ]
+
+    def same(self, stored: Sequence[Sequence[Any]], time: Callable[[Any], Any]) -> int:
+        """How many leading rows of ``stored`` (position, data, token_count, created_at
+        as the driver reads them) equal these rows."""
+        first, datas, tokens, times = self.first, self.datas, self.tokens, self.times
+        for i, (position, data, count, created) in enumerate(stored):
+            if (position, data, count, time(created)) != (first + i, datas[i], tokens[i], times[i]):
+                return i
+        return len(stored)
 
 
 class _Sequence:
@@ -102,17 +164,23 @@ class Target:
         self._lists = {name: int(length) for name, length in listed}
         return True
 
-    def messages(self, rows: list[Row]) -> Steps[None]:
+    def messages(self, rows: MessageRows) -> Steps[None]:
         """Put message rows (the next positions, in order)."""
-        sql = self.ctx.sql
+        sql, cid = self.ctx.sql, self.incoming.id
+
+        def insert(skip: int) -> Steps[None]:
+            if sql.insert_message_arrays is not None:
+                yield EXECUTE, sql.insert_message_arrays, rows.arrays(cid, skip)
+            else:
+                yield EXECUTE_MANY, sql.insert_messages, rows.dicts(cid, skip)
+
         yield from self._put(
             self._messages,
-            rows,
+            len(rows),
             sql.message_rows,
             sql.delete_messages_from,
-            sql.insert_messages,
-            lambda r: (r[0], r[1], r[2], self._time(r[3])),
-            lambda r: (r["position"], r["data"], r["token_count"], r["created_at"]),
+            lambda stored: rows.same(stored, self._time),
+            insert,
         )
 
     def open_list(self, name: str, length: int) -> Steps[None]:
@@ -134,14 +202,20 @@ class Target:
         """Put item rows of the open list (the next indexes, in order)."""
         assert self._items is not None
         sql = self.ctx.sql
+
+        def same(stored: Sequence[Sequence[Any]]) -> int:
+            for i, (idx, value, blob) in enumerate(stored):
+                row = rows[i]
+                blob = None if blob is None else bytes(blob)
+                if (idx, value, blob) != (row["idx"], row["value"], row["blob"]):
+                    return i
+            return len(stored)
+
+        def insert(skip: int) -> Steps[None]:
+            yield EXECUTE_MANY, sql.insert_list_items, rows[skip:]
+
         yield from self._put(
-            self._items,
-            rows,
-            sql.item_rows,
-            sql.delete_items_from,
-            sql.insert_list_items,
-            lambda r: (r[0], r[1], None if r[2] is None else bytes(r[2])),
-            lambda r: (r["idx"], r["value"], r["blob"]),
+            self._items, len(rows), sql.item_rows, sql.delete_items_from, same, insert
         )
 
     def finish(self) -> Steps[bool]:
@@ -222,32 +296,29 @@ class Target:
     def _put(
         self,
         seq: _Sequence,
-        rows: list[Row],
+        n: int,
         fetch: CompiledStatement,
         delete: CompiledStatement,
-        insert: CompiledStatement,
-        stored_key: Callable[[Sequence[Any]], tuple[Any, ...]],
-        incoming_key: Callable[[Row], tuple[Any, ...]],
+        same: Callable[[Sequence[Sequence[Any]]], int],
+        insert: Callable[[int], Steps[None]],
     ) -> Steps[None]:
-        if not rows:
+        """Put the next ``n`` rows of ``seq``: compare them with what is stored (``same``
+        counts the leading rows equal), cut the rest and ``insert(skip)`` the new ones."""
+        if not n:
             return
         first = seq.received
-        seq.received += len(rows)
+        seq.received += n
+        keep = 0
         if not seq.fresh:
-            keep = 0
             if first < seq.stored:
                 got = yield FETCH, fetch, {**seq.params, "start": first, "stop": seq.received}
-                for stored, row in zip(got, rows, strict=False):
-                    if stored_key(stored) != incoming_key(row):
-                        break
-                    keep += 1
-                if keep == len(rows):
+                keep = same(got)
+                if keep == n:
                     return  # all equal: nothing to write
                 yield EXECUTE, delete, {**seq.params, "start": first + keep}
             seq.fresh = True
             self.changed = True
-            rows = rows[keep:]
-        yield EXECUTE_MANY, insert, rows
+        yield from insert(keep)
 
     def _cut(self, seq: _Sequence, delete: CompiledStatement) -> Steps[None]:
         if not seq.fresh and seq.stored > seq.received:

@@ -4,16 +4,17 @@ Callers hand over one validated conversation at a time: ``begin``, its message r
 summary rows, lists and item rows in file order, then ``end``. Each conversation is
 stored whole or not at all, by the programs of ``_transfer_sync``:
 
-* a conversation of at most ``batch`` rows is kept in memory until it is complete (so
-  every one of its records was checked) and then joins a shared transaction, committed
-  once it holds about ``batch`` rows;
+* a conversation of at most ``batch`` rows (messages, list items) is kept in memory
+  until it is complete (so every one of its records was checked) and then joins a shared
+  transaction, committed once it holds about ``batch`` rows;
 * a larger one is written as it streams, in a transaction of its own, and rolled back
   when anything of it is refused.
 
 So what a failed import or copy leaves does not depend on ``batch``: the conversations
 before the refused one are stored, the refused one is not (nor anything after it).
-The database work runs in a task while the caller reads and checks the next rows; at
-most one such task is in flight.
+The database work (a group's transaction, a streamed batch, the end and commit of a
+streamed conversation) runs in a task while the caller reads and checks the next rows;
+at most one such task is in flight.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any, TypeVar
 from ._context import Context, not_found
 from ._errors import HistStoreError
 from ._executor import Transaction
-from ._transfer_sync import Incoming, Steps, Target
+from ._transfer_sync import Incoming, MessageRows, Steps, Target
 
 __all__ = ["Writer"]
 
@@ -44,7 +45,7 @@ class _Current:
     def __init__(self, incoming: Incoming) -> None:
         self.incoming = incoming
         self.ops: list[tuple[int, Any]] = []
-        self.size = 1
+        self.size = 0  # rows received: messages, list items and lists
         self.target: Target | None = None
         self.tx: Transaction | None = None
         self.stack: AsyncExitStack | None = None
@@ -116,7 +117,7 @@ class Writer:
         assert self._current is not None
         self._current.incoming.summaries.append(row)
 
-    async def messages(self, rows: list[Row]) -> None:
+    async def messages(self, rows: MessageRows) -> None:
         """Add message rows of the current conversation, the next positions in order."""
         await self._add((_MESSAGES, rows), len(rows))
 
@@ -133,15 +134,11 @@ class Writer:
         cur, self._current = self._current, None
         assert cur is not None
         if cur.target is not None:
-            assert cur.tx is not None
-            assert cur.stack is not None
             await self._settle()
-            changed = await cur.tx.run(cur.target.finish(), conversation=cur.incoming.id)
-            await cur.stack.aclose()  # commits
-            self._done(cur.incoming, changed)
+            self._start(self._finish(cur))
             return
         self._group.append(cur)
-        self._group_size += cur.size + len(cur.incoming.summaries)
+        self._group_size += 1 + cur.size + len(cur.incoming.summaries)
         if self._group_size >= self._batch:
             await self._flush_group()
 
@@ -174,6 +171,19 @@ class Writer:
         ops, cur.ops = cur.ops, []
         for op in ops:
             await self._step(cur, _replay(target, op))
+
+    async def _finish(self, cur: _Current) -> None:
+        """End a streamed conversation and commit its transaction (rolled back on error)."""
+        assert cur.tx is not None
+        assert cur.stack is not None
+        assert cur.target is not None
+        try:
+            changed = await cur.tx.run(cur.target.finish(), conversation=cur.incoming.id)
+        except BaseException as exc:
+            await cur.stack.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        await cur.stack.aclose()  # commits
+        self._done(cur.incoming, changed)
 
     async def _step(self, cur: _Current, program: Steps[None]) -> None:
         assert cur.tx is not None

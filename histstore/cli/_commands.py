@@ -293,7 +293,7 @@ async def cmd_copy(args: argparse.Namespace) -> int:
     if src == dst:
         raise HistStoreError("the source and the destination are the same database")
     async with (
-        open_store(args.source, schema=args.schema) as source,
+        open_store(args.source, schema=args.source_schema) as source,
         open_store(args.destination, create=True, schema=args.schema) as target,
     ):
         bar = ProgressLine("copy")

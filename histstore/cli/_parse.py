@@ -198,6 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source", metavar="SRC_URL")
     p.add_argument("destination", metavar="DST_URL")
     p.add_argument("--batch", type=_positive, default=None, help=batch)
+    p.add_argument("--source-schema", metavar="NAME", help="PostgreSQL schema of SRC's tables")
+    p.add_argument("--schema", metavar="NAME", help="PostgreSQL schema of DST's tables")
 
     p = command("fork", c.cmd_fork, "copy a conversation (or its first N messages) to a new id")
     p.add_argument("source", metavar="SRC")
