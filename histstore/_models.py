@@ -39,7 +39,7 @@ class Message:
         self._init({"role": role, "content": content, **fields})
 
     def _init(self, data: Mapping[str, Any], *, decoded: bool = False) -> None:
-        if not isinstance(data, Mapping):
+        if type(data) is not dict and not isinstance(data, Mapping):
             raise InvalidMessage(f"a message must be a JSON object, not {type(data).__name__}")
         role = data.get("role")
         if not isinstance(role, str) and ("role" in data or not isinstance(data.get("type"), str)):

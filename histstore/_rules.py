@@ -217,17 +217,31 @@ def prepare_batch(
         messages.append(message)
     counts: list[int | None]
     if tokens is not None:
-        counts = [token_count(t, f"token count of message {i}") for i, t in enumerate(tokens)]
+        counts = [
+            t if t is None or (type(t) is int and 0 <= t <= MAX_INT) else _refused_count(t, i)
+            for i, t in enumerate(tokens)
+        ]
     elif count_tokens is not None:
         counts = [token_count(count_tokens(m), "count_tokens' result") for m in messages]
     else:
         counts = [None] * len(messages)
-    stamps = None
+    stamps: list[datetime | None] | None = None
     if times is not None:
-        stamps = [
-            None if t is None else time(t, f"time of message {i}") for i, t in enumerate(times)
-        ]
+        stamps = []
+        last: tuple[object, datetime | None] = (None, None)
+        for i, t in enumerate(times):
+            if t is None:
+                stamps.append(None)
+                continue
+            if t is not last[0]:  # a batch's messages often share one time value
+                last = (t, time(t, f"time of message {i}"))
+            stamps.append(last[1])
     return Batch(messages, counts, _codec.digest(m._text for m in messages), stamps)
+
+
+def _refused_count(value: object, i: int) -> int | None:
+    """The token-count rule, run only for a value the fast check did not pass."""
+    return token_count(value, f"token count of message {i}")
 
 
 def check_batch_size(conversation: str, n: int, max_batch: int) -> None:
