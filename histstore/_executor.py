@@ -290,6 +290,11 @@ class Executor:
                 raise failure(action, conversation, exc, phase.name) from exc
             return value.value if isinstance(value, Rollback) else value
 
+        if single and not self._gated:
+            # One statement is its own transaction on the server: a cancellation during
+            # it leaves nothing half done (the connection, whose state is then unknown,
+            # is dropped), so it needs no task of its own to run it to the end.
+            return await run()
         # Waiting for the write turn can be cancelled; the transaction, once begun, ends.
         async with self._writing(action, conversation):
             return await run_to_completion(run())
