@@ -165,6 +165,15 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else 0.0
 
 
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank percentile ``q`` (0-100) of ``values`` (0.0 when empty)."""
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    rank = max(1, -(-len(ordered) * q // 100))
+    return ordered[min(len(ordered), int(rank)) - 1]
+
+
 def asyncpg_kwargs(url: str | URL) -> dict[str, Any]:
     """``asyncpg.connect`` keyword arguments for a SQLAlchemy-style Postgres URL."""
     u = make_url(url)
@@ -232,6 +241,26 @@ def run_backends(
         return results
 
     return asyncio.run(run_all())
+
+
+def run_and_report(
+    args: argparse.Namespace,
+    cfg: Any,
+    sqlite: Callable[[], Awaitable[dict[str, Any]]],
+    postgres: Callable[[], Awaitable[dict[str, Any]]],
+    report: Callable[[dict[str, dict[str, Any]], Any], str],
+) -> int:
+    """Run the backends ``args.backend`` names, print the report, and write the results
+    (with ``cfg``, a dataclass) to ``args.json`` when asked."""
+    from dataclasses import asdict
+
+    kinds = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]
+    results = run_backends(kinds, sqlite, postgres)
+    print(report(results, cfg))
+    if args.json:
+        doc = {"config": asdict(cfg), "results": results}
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
 
 
 async def pg_server(url: str) -> str:

@@ -27,7 +27,6 @@ must have stored its 2 messages exactly once.
 from __future__ import annotations
 
 import asyncio
-import json
 import multiprocessing
 import shutil
 import sqlite3
@@ -43,10 +42,11 @@ from typing import Any
 from _common import (
     bench_parser,
     chat_messages,
+    percentile,
     pg_databases,
     pg_server,
     render_table,
-    run_backends,
+    run_and_report,
 )
 
 import histstore
@@ -75,14 +75,6 @@ def log(text: str) -> None:
 
 def conversation_ids(layout: str, proc: int, task: int) -> list[str]:
     return [f"{layout}-p{proc}-t{task}-c{k}" for k in range(CONVERSATIONS_PER_TASK)]
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """The nearest-rank percentile ``q`` (0-100) of already sorted values."""
-    if not sorted_values:
-        return 0.0
-    rank = max(1, -(-len(sorted_values) * q // 100))
-    return sorted_values[min(len(sorted_values), int(rank)) - 1]
 
 
 # ---------------------------------------------------------------------- the child process
@@ -318,17 +310,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = QUICK if args.quick else FULL
     if args.turns is not None:
         cfg = Config(turns=max(1, args.turns), layouts=cfg.layouts)
-    kinds = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]
-    results = run_backends(
-        kinds,
+    return run_and_report(
+        args,
+        cfg,
         lambda: run_sqlite(cfg, args.sqlite_dir),
         lambda: run_postgres(cfg, args.pg_url),
+        report,
     )
-    print(report(results, cfg))
-    if args.json:
-        doc = {"config": asdict(cfg), "results": results}
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

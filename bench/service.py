@@ -29,7 +29,6 @@ the conversations are counted: every answered request stored its 2 messages once
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import signal
@@ -45,7 +44,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from _common import bench_parser, pg_databases, pg_server, render_table, run_backends
+from _common import (
+    bench_parser,
+    percentile,
+    pg_databases,
+    pg_server,
+    render_table,
+    run_and_report,
+)
 
 import histstore
 from histstore import Message
@@ -250,14 +256,6 @@ def shared_plan(cfg: Config, prefix: str) -> list[list[str]]:
     return deal(ids, cfg.concurrency)
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """The nearest-rank percentile ``q`` (0-100) of already sorted values."""
-    if not sorted_values:
-        return 0.0
-    rank = max(1, -(-len(sorted_values) * q // 100))
-    return sorted_values[min(len(sorted_values), int(rank)) - 1]
-
-
 # ---------------------------------------------------------------------- one variant
 
 
@@ -421,17 +419,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser(__doc__ or "")
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
-    kinds = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]
-    results = run_backends(
-        kinds,
+    return run_and_report(
+        args,
+        cfg,
         lambda: run_sqlite(cfg, args.sqlite_dir),
         lambda: run_postgres(cfg, args.pg_url),
+        report,
     )
-    print(report(results, cfg))
-    if args.json:
-        doc = {"config": asdict(cfg), "results": results}
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

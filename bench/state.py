@@ -59,7 +59,7 @@ from _common import (
     pg_databases,
     pg_server,
     render_table,
-    run_backends,
+    run_and_report,
 )
 from sqlalchemy import event
 
@@ -501,18 +501,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser(__doc__ or "")
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
-    kinds = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]
-
-    results = run_backends(
-        kinds,
+    return run_and_report(
+        args,
+        cfg,
         lambda: run_sqlite(cfg, args.sqlite_dir),
         lambda: run_postgres(cfg, args.pg_url),
+        report,
     )
-    print(report(results, cfg))
-    if args.json:
-        doc = {"config": asdict(cfg), "results": results}
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

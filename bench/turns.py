@@ -67,6 +67,7 @@ from _common import (
     chat_messages,
     encode,
     median,
+    percentile,
     pg_databases,
     pg_server,
     render_table,
@@ -450,12 +451,6 @@ async def bench_turns(
         p99_ratio=hp99 / rp99,
         targets=targets,
     )
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q``-th percentile (nearest rank) of ``values``."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
 # ---------------------------------------------------------------------- (b) reads

@@ -10,14 +10,13 @@ surrogate, times must be aware and representable in UTC.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from . import _codec
 from ._errors import InvalidMessage
-from ._ids import validate_id
 from ._models import Message, Summary, as_message
 
 __all__ = [
@@ -251,8 +250,3 @@ def check_batch_size(conversation: str, n: int, max_batch: int) -> None:
             f"a batch of {n} messages for conversation {conversation!r} is over"
             f" the limit of {max_batch}"
         )
-
-
-def ids(values: Iterable[object], what: str) -> list[str]:
-    """Validate several ids at once (``InvalidId`` for the first bad one)."""
-    return [validate_id(v, what=what) for v in values]

@@ -9,8 +9,6 @@ view's user's conversations, and every statement that creates one makes it their
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
@@ -29,7 +27,7 @@ from . import _dialects
 from . import _schema as s
 from ._drivers import Driver
 
-__all__ = ["Statements", "params"]
+__all__ = ["Statements"]
 
 _conv = s.conversations
 _msg = s.messages
@@ -363,8 +361,3 @@ class Statements:
         # takes arrays (Postgres); elsewhere ``insert_messages`` runs once per row.
         arrays = _dialects.messages_from_arrays(dialect)
         self.insert_message_arrays = None if arrays is None else compile_(arrays)
-
-
-def params(conversation: str, owner: str | None, **more: Any) -> dict[str, Any]:
-    """The parameters every conversation statement takes, and ``more``."""
-    return {"c": conversation, "owner": owner, **more}
