@@ -21,6 +21,8 @@ from ._models import ConversationState as ConversationState
 from ._models import Message as Message
 from ._models import Summary as Summary
 from ._models import WriteOutcome as WriteOutcome
+from ._search import Hit as Hit
+from ._search import indexed_text as indexed_text
 from ._store import Store as Store
 from .middleware import with_history as with_history
 from .window import WindowStore as WindowStore
@@ -32,6 +34,7 @@ __all__ = [
     "ConflictError",
     "ConversationState",
     "HistStoreError",
+    "Hit",
     "InvalidId",
     "InvalidMessage",
     "Message",
@@ -44,6 +47,7 @@ __all__ = [
     "WriteError",
     "WriteOutcome",
     "connect",
+    "indexed_text",
     "turns",
     "validate_id",
     "with_history",

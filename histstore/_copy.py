@@ -149,10 +149,11 @@ def _messages(cid: str, rows: Sequence[Sequence[Any]], first: int, limit: int) -
     datas: list[str] = []
     tokens: list[int | None] = []
     times: list[datetime] = []
+    texts: list[str | None] = []
     stamp: datetime | None = None
     seen: Any = None
     checked = now()
-    for i, (position, role, text, count, created, *_) in enumerate(rows):
+    for i, (position, role, text, count, created, search, *_) in enumerate(rows):
         if position != first + i:
             raise InvalidMessage(f"message at position {position} where {first + i} was expected")
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
@@ -171,7 +172,8 @@ def _messages(cid: str, rows: Sequence[Sequence[Any]], first: int, limit: int) -
             seen = created
             stamp = checked if created is None else _rules.time(created, "message time")
         times.append(stamp)
-    return MessageRows(first, roles, datas, tokens, times)
+        texts.append(search)  # the source's ``indexed_text``, made by the same function
+    return MessageRows(first, roles, datas, tokens, times, texts)
 
 
 def _summary(cid: str, row: dict[str, Any]) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Everything else is generic SQLAlchemy Core. Both backends support ``INSERT ... ON
 CONFLICT`` (SQLite 3.24+, Postgres 9.5+) with the same SQLAlchemy API, ``RETURNING``
 (SQLite 3.35+), and partial indexes; what remains is which ``insert`` construct to use,
-how a transaction takes the conversation's write lock, and how migrations serialize.
+how a transaction takes the conversation's write lock, how migrations serialize, and
+which full-text engine search asks (SQLite FTS5 or a Postgres ``tsvector``).
 """
 
 from __future__ import annotations
@@ -18,9 +19,13 @@ from sqlalchemy import (
     Table,
     Text,
     bindparam,
+    cast,
+    column,
+    exists,
     func,
     literal_column,
     select,
+    table,
     text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -40,6 +45,8 @@ __all__ = [
     "lock_for_migration",
     "messages_from_arrays",
     "mode_options",
+    "search",
+    "search_terms",
 ]
 
 Mode = Literal["read", "snapshot", "write"]
@@ -147,15 +154,23 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
             bindparam("roles", type_=postgresql.ARRAY(Text)),
             bindparam("datas", type_=postgresql.ARRAY(Text)),
             bindparam("tokens", type_=postgresql.ARRAY(Integer)),
+            bindparam("texts", type_=postgresql.ARRAY(Text)),
         )
-        .table_valued("role", "data", "token_count", with_ordinality="ord")
+        .table_valued("role", "data", "token_count", "search_text", with_ordinality="ord")
         .render_derived()
     )
     placed = select(
-        c, recorded.c.position + rows.c.ord - 1, rows.c.role, rows.c.data, rows.c.token_count, now
+        c,
+        recorded.c.position + rows.c.ord - 1,
+        rows.c.role,
+        rows.c.data,
+        rows.c.token_count,
+        now,
+        rows.c.search_text,
     ).select_from(recorded.join(rows, literal_column("true")))
     inserted = msg.insert().from_select(
-        ["conversation_id", "position", "role", "data", "token_count", "created_at"], placed
+        ["conversation_id", "position", "role", "data", "token_count", "created_at", "search_text"],
+        placed,
     )
     return select(grown.c.length).add_cte(recorded).add_cte(inserted.cte("inserted"))
 
@@ -203,8 +218,11 @@ def messages_from_arrays(dialect: Dialect) -> Any:
             bindparam("datas", type_=postgresql.ARRAY(Text, dimensions=1)),
             bindparam("tokens", type_=postgresql.ARRAY(Integer, dimensions=1)),
             bindparam("times", type_=postgresql.ARRAY(DateTime(timezone=True), dimensions=1)),
+            bindparam("texts", type_=postgresql.ARRAY(Text, dimensions=1)),
         )
-        .table_valued("role", "data", "token_count", "created_at", with_ordinality="ord")
+        .table_valued(
+            "role", "data", "token_count", "created_at", "search_text", with_ordinality="ord"
+        )
         .render_derived()
     )
     placed = select(
@@ -214,7 +232,78 @@ def messages_from_arrays(dialect: Dialect) -> Any:
         rows.c.data,
         rows.c.token_count,
         rows.c.created_at,
+        rows.c.search_text,
     )
     return msg.insert().from_select(
-        ["conversation_id", "position", "role", "data", "token_count", "created_at"], placed
+        ["conversation_id", "position", "role", "data", "token_count", "created_at", "search_text"],
+        placed,
     )
+
+
+def search(dialect: Dialect, scoped: bool, by_conversation: bool) -> Select[Any]:
+    """Messages matching a text query, best first: ``(conversation_id, position, data,
+    created_at, score)``, a higher score better.
+
+    Parameters: ``q`` (``search_terms``' value), ``limit``, ``c`` when
+    ``by_conversation``, ``owner`` when ``scoped``. Served by the full-text index: on
+    SQLite the FTS5 table ranked by bm25, on Postgres the GIN index on
+    ``to_tsvector('simple', search_text)`` ranked by ``ts_rank_cd``; ties go by
+    conversation and position.
+    """
+    msg, conv = s.messages, s.conversations
+    if dialect.name == "postgresql":
+        config: ColumnElement[Any] = literal_column("'simple'::regconfig")
+        term = (
+            func.unnest(bindparam("q", type_=postgresql.ARRAY(Text)))
+            .table_valued("t")
+            .render_derived()
+        )
+        phrase = func.phraseto_tsquery(config, term.c.t)
+        # Each term is parsed as a phrase by Postgres itself; the parts are joined with
+        # & as tsquery text, which Postgres quotes and escapes in its own output.
+        joined = (
+            select(func.string_agg("(" + cast(phrase, Text) + ")", literal_column("' & '")))
+            .where(func.numnode(phrase) > 0)
+            .scalar_subquery()
+        )
+        query = select(cast(joined, postgresql.TSQUERY).label("q")).cte("query")
+        vector = func.to_tsvector(config, msg.c.search_text)
+        score = func.ts_rank_cd(vector, query.c.q)
+        stmt = select(
+            msg.c.conversation_id, msg.c.position, msg.c.data, msg.c.created_at, score
+        ).where(vector.op("@@")(query.c.q))
+        best = score.desc()
+    else:
+        fts = table(s.FTS_TABLE, column("rowid"))
+        name: ColumnElement[Any] = literal_column(s.FTS_TABLE)
+        rank = func.bm25(name)
+        stmt = (
+            select(msg.c.conversation_id, msg.c.position, msg.c.data, msg.c.created_at, -rank)
+            .select_from(fts.join(msg, literal_column("histstore_messages.rowid") == fts.c.rowid))
+            .where(name.op("MATCH")(bindparam("q", type_=Text)))
+        )
+        best = rank.asc()
+    if by_conversation:
+        stmt = stmt.where(msg.c.conversation_id == bindparam("c", type_=msg.c.conversation_id.type))
+    if scoped:
+        stmt = stmt.where(
+            exists().where(
+                conv.c.id == msg.c.conversation_id,
+                conv.c.owner == bindparam("owner", type_=conv.c.owner.type),
+            )
+        )
+    limit = bindparam("limit", type_=BigInteger)
+    return stmt.order_by(best, msg.c.conversation_id, msg.c.position).limit(limit)
+
+
+def search_terms(dialect: Dialect, terms: list[str]) -> Any:
+    """The ``q`` parameter of ``search`` for a query's terms (see ``_search.parse_query``).
+
+    Every term is matched as text, never read as the engine's query language: Postgres
+    takes them as an array of plain strings; for FTS5 each becomes a double-quoted
+    string (a phrase of its tokens, quotes doubled), joined by spaces, which FTS5 reads
+    as AND.
+    """
+    if dialect.name == "postgresql":
+        return terms
+    return " ".join('"' + t.replace('"', '""') + '"' for t in terms)

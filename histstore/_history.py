@@ -189,6 +189,7 @@ class History:
             roles=[r["role"] for r in rows],
             datas=[r["data"] for r in rows],
             tokens=[r["token_count"] for r in rows],
+            texts=[r["search_text"] for r in rows],
         )
         found = yield FETCH, ctx.sql.append_one, params
         if not found:  # only a view's foreign conversation refuses an append

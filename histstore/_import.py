@@ -22,6 +22,7 @@ from typing import Any, cast
 from . import _codec, _rules
 from ._errors import InvalidMessage
 from ._models import Summary
+from ._search import indexed_text
 from ._store import Store
 from ._transfer_format import (
     DEFAULT_BATCH,
@@ -190,6 +191,7 @@ class _Messages:
                 [m._text for m in messages],
                 checked.tokens,
                 cast("list[datetime]", checked.times),  # every record has its time
+                [indexed_text(m) for m in messages],
             )
         )
 

@@ -18,6 +18,7 @@ from typing import Any
 from . import _codec
 from ._errors import InvalidMessage
 from ._models import Message, Summary, as_message
+from ._search import indexed_text
 
 __all__ = [
     "MAX_BIGINT",
@@ -173,6 +174,7 @@ class Batch:
                 "data": m._text,
                 "token_count": self.tokens[skip + i],
                 "created_at": (times[skip + i] if times is not None else None) or now,
+                "search_text": indexed_text(m),
             }
             for i, m in enumerate(self.messages[skip:])
         ]

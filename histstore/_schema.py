@@ -17,6 +17,7 @@ from sqlalchemy import (
     DateTime,
     Dialect,
     Float,
+    ForeignKeyConstraint,
     Index,
     Integer,
     LargeBinary,
@@ -31,6 +32,8 @@ from sqlalchemy.types import TypeDecorator
 
 __all__ = [
     "CONVERSATION_TABLES",
+    "FTS_TABLE",
+    "SEARCH_INDEX",
     "VERSION_TABLE",
     "checkpoint_blobs",
     "checkpoint_channels",
@@ -38,6 +41,7 @@ __all__ = [
     "checkpoint_writes",
     "checkpoints",
     "conversations",
+    "described",
     "leases",
     "list_items",
     "lists",
@@ -45,10 +49,27 @@ __all__ = [
     "metadata",
     "metadata_entries",
     "summaries",
+    "vectors",
     "writes",
 ]
 
 VERSION_TABLE = "histstore_alembic_version"
+
+FTS_TABLE = "histstore_messages_fts"
+"""SQLite's full-text index of ``messages.search_text`` (an FTS5 table; its shadow
+tables are named after it)."""
+SEARCH_INDEX = "ix_histstore_messages_search"
+"""Postgres's full-text index of ``messages.search_text`` (GIN on an expression)."""
+
+
+def described(name: str | None, type_: str) -> bool:
+    """Whether a histstore table or index is one this metadata describes: the full-text
+    index is made by its migration alone (it has no SQLAlchemy description)."""
+    if name is None:
+        return True
+    if type_ == "table":
+        return not name.startswith(FTS_TABLE)
+    return name != SEARCH_INDEX
 
 metadata = MetaData(
     naming_convention={
@@ -115,6 +136,12 @@ messages = Table(
     Column("data", Text, nullable=False),
     Column("token_count", Integer, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
+    # What search finds the message by (``_search.indexed_text``), NULL when it has no
+    # text. The full-text index covers it: on SQLite the FTS5 table
+    # ``histstore_messages_fts`` (external content, kept by triggers), on Postgres a GIN
+    # index on ``to_tsvector('simple', search_text)``. Neither is described here: both
+    # are the migration's (``_dialects`` holds the queries that use them).
+    Column("search_text", Text, nullable=True),
     PrimaryKeyConstraint("conversation_id", "position"),
     # System messages are found without reading the history (WindowStore merges them).
     Index(
@@ -186,8 +213,28 @@ list_items = Table(
     PrimaryKeyConstraint("conversation_id", "name", "idx"),
 )
 
+# Embeddings of messages for ``SemanticIndex``: one unit-length float32 vector (little
+# endian) per message and embedding model. Deleting a message deletes its vectors in
+# the same statement (Postgres: this foreign key; SQLite: a trigger), so a vector always
+# belongs to the message stored at its position now.
+vectors = Table(
+    "histstore_vectors",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("model", ID, nullable=False),
+    Column("vector", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "position", "model"),
+    ForeignKeyConstraint(
+        ["conversation_id", "position"],
+        [messages.c.conversation_id, messages.c.position],
+        ondelete="CASCADE",
+    ),
+    Index(None, "model", "conversation_id", "position"),
+)
+
 # Tables holding rows of a conversation, children first (clear deletes in this order).
-CONVERSATION_TABLES = (messages, writes, summaries, metadata_entries, list_items, lists)
+CONVERSATION_TABLES = (vectors, messages, writes, summaries, metadata_entries, list_items, lists)
 
 # Turn leases: who holds a conversation id for a turn, and until when. ``expires_at``
 # is seconds since the epoch by the database's clock (every holder, in any process,

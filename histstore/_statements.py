@@ -361,3 +361,7 @@ class Statements:
         # takes arrays (Postgres); elsewhere ``insert_messages`` runs once per row.
         arrays = _dialects.messages_from_arrays(dialect)
         self.insert_message_arrays = None if arrays is None else compile_(arrays)
+
+        # ---------------------------------------------------------------- search
+        # Keyed by whether the search names a conversation.
+        self.search = {by: compile_(_dialects.search(dialect, scoped, by)) for by in (False, True)}

@@ -19,7 +19,9 @@ from ._leases import Lease, Leases
 from ._listing import Listing, Order
 from ._lists import Lists
 from ._models import ConversationState, Message, MessageLike, Summary, WriteOutcome
+from ._search import Hit
 from ._state import State
+from ._text_search import TextSearch
 
 __all__ = ["Store", "StoreSettings"]
 
@@ -63,6 +65,7 @@ class Store:
         self._lists = Lists(ctx)
         self._listing = Listing(ctx)
         self._leases = Leases(ctx, self._history)
+        self._search = TextSearch(ctx)
 
     # ------------------------------------------------------------------ basics
 
@@ -255,6 +258,31 @@ class Store:
                 the store found out itself: stored means this returns normally.
         """
         return await self._history.write(conversation, messages, at, idempotency_key)
+
+    async def search(
+        self, query: str, *, conversation: str | None = None, limit: int = 10
+    ) -> list[Hit]:
+        """Messages whose text holds every word and ``"quoted phrase"`` of ``query``,
+        best match first (a higher ``Hit.score``; ties by conversation and position).
+
+        What counts as a message's text is ``histstore.indexed_text``. Words match
+        whole, case-insensitively, without stemming; a phrase matches its words in
+        order. The query is only ever matched as text, never read as the database's
+        own query language. Served by the database's full-text index (SQLite FTS5,
+        Postgres ``tsvector`` with GIN), which changes in the same transaction as the
+        messages. A view searches only its user's conversations.
+
+        Args:
+            query: words and quoted phrases.
+            conversation: search only this conversation.
+            limit: at most this many hits.
+
+        Raises:
+            InvalidMessage: the query is empty, only whitespace, or has an unclosed quote.
+            InvalidId: bad conversation id.
+            TypeError, ValueError: ``limit`` is not an int or is negative.
+        """
+        return await self._search.search(query, conversation, limit)
 
     async def pop(self, conversation: str) -> Message | None:
         """Remove and return the newest message; ``None`` when there is none."""

@@ -26,7 +26,7 @@ __all__ = ["Page", "Source", "StoredConversation"]
 _conv = s.conversations
 _msg = s.messages
 _PAGE = 200  # conversations looked at per page of ids
-_ROWS = ("position", "role", "data", "token_count", "created_at")
+_ROWS = ("position", "role", "data", "token_count", "created_at", "search_text")
 Row = Sequence[Any]
 
 
@@ -77,7 +77,8 @@ class Page:
         return out
 
     async def messages(self, conv: StoredConversation) -> AsyncIterator[list[Row]]:
-        """Rows of (position, role, data, token_count, created_at), a batch at a time."""
+        """Rows of (position, role, data, token_count, created_at, search_text), a batch
+        at a time."""
         if conv.length == 0:
             return
         if conv.length <= self._batch:
@@ -121,7 +122,7 @@ class Page:
                     .order_by(_msg.c.conversation_id, _msg.c.position)
                 )
                 for r in self._rows((await self.conn.execute(stmt)).all()):
-                    found.setdefault(r[5], []).append(r)
+                    found.setdefault(r[len(_ROWS)], []).append(r)
                 group, size = [], 0
         return found
 

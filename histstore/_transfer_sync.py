@@ -58,6 +58,8 @@ class MessageRows:
     datas: list[str]
     tokens: list[int | None]
     times: list[datetime]
+    texts: list[str | None]
+    """Each message's ``indexed_text``."""
 
     def __len__(self) -> int:
         return len(self.datas)
@@ -72,6 +74,7 @@ class MessageRows:
                 "datas": self.datas[skip:],
                 "tokens": self.tokens[skip:],
                 "times": self.times[skip:],
+                "texts": self.texts[skip:],
             }
         return {
             "c": cid,
@@ -80,6 +83,7 @@ class MessageRows:
             "datas": self.datas,
             "tokens": self.tokens,
             "times": self.times,
+            "texts": self.texts,
         }
 
     def dicts(self, cid: str, skip: int) -> list[Row]:
@@ -93,6 +97,7 @@ class MessageRows:
                 "data": self.datas[i],
                 "token_count": self.tokens[i],
                 "created_at": self.times[i],
+                "search_text": self.texts[i],
             }
             for i in range(skip, len(self.datas))
         ]

@@ -19,15 +19,15 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from histstore._engine import resolve_target
-from histstore._schema import VERSION_TABLE, metadata
+from histstore._schema import VERSION_TABLE, described, metadata
 
 config = context.config
 
 
 def _include_name(name: str | None, type_: str, parent_names: Any) -> bool:
-    if type_ == "table":
-        return name is not None and name.startswith("histstore_")
-    return True
+    if type_ == "table" and not (name is not None and name.startswith("histstore_")):
+        return False
+    return described(name, type_)
 
 
 def _schema() -> str | None:

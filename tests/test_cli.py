@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import re
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -818,3 +819,135 @@ async def test_export_memory_stays_flat_on_postgres(tmp_path: Path, pg_url: str)
         rss_small = await export_peak_rss(small, tmp_path / "small.jsonl")
         rss_large = await export_peak_rss(large, tmp_path / "large.jsonl")
     assert rss_large / rss_small < 1.5, (rss_small, rss_large)
+
+
+# ---------------------------------------------------------------------------- search
+
+HIT_LINE = re.compile(r"^(\S+)  #(\d+)  (\S+)  score (\S+)$")
+FILLER = " ".join(f"filler{i}" for i in range(40))
+
+
+def printed_hits(out: str) -> dict[tuple[str, int], tuple[str, str]]:
+    """(conversation, position) -> (role, snippet line) of each hit ``search`` printed."""
+    lines = out.splitlines()
+    found = {}
+    for i, line in enumerate(lines):
+        if m := HIT_LINE.match(line):
+            assert lines[i + 1].startswith("    ")
+            found[m[1], int(m[2])] = (m[3], lines[i + 1][4:])
+    return found
+
+
+async def seed_search(url: str) -> tuple[str, str, str]:
+    """alice's weather talk (text, tool-call arguments, a tool result), bob's trip, and
+    an ownerless message with the word in the middle of a long text."""
+    a, b, c = new_id("sa"), new_id("sb"), new_id("sc")
+    call = {"id": "call_1", "type": "function"}
+    call["function"] = {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    async with histstore.connect(url) as store:
+        await store.scoped("alice").write(
+            a,
+            [
+                Message.user("What is the weather in Paris today?"),
+                Message.assistant(None, tool_calls=[call]),
+                Message.tool('{"temp_c": 14, "sky": "light rain"}', tool_call_id="call_1"),
+                Message.assistant("Paris: 14 C with light   rain."),
+            ],
+        )
+        await store.scoped("bob").write(
+            b, [Message.user("Paris or Rome for a weekend?"), Message.assistant("Rome.")]
+        )
+        await store.write(c, [Message.user(f"{FILLER} PARIS {FILLER}")])
+    return a, b, c
+
+
+async def test_search_prints_hits_scoped_and_limited(shared_backend: Any) -> None:
+    url = shared_backend.url
+    a, b, c = await seed_search(url)
+    result = await ok("search", "paris", "--url", url)
+    assert "\033[" not in result.out
+    hits = printed_hits(result.out)
+    assert set(hits) == {(a, 0), (a, 1), (a, 3), (b, 0), (c, 0)}
+    assert hits[a, 0] == ("user", "What is the weather in Paris today?")
+    assert hits[a, 1] == ("assistant", "Paris")  # the tool call's arguments
+    assert hits[a, 3] == ("assistant", "Paris: 14 C with light rain.")
+    long = hits[c, 0][1]
+    assert long.startswith("...")
+    assert long.endswith("...")
+    assert "PARIS" in long
+    assert 60 <= len(long) <= 130
+    assert "hits shown" not in result.out
+
+    async def found(*args: str) -> set[tuple[str, int]]:
+        return set(printed_hits((await ok("search", *args, "--url", url)).out))
+
+    assert await found("paris", "--conversation", a) == {(a, 0), (a, 1), (a, 3)}
+    assert await found("PARIS", "--user", "bob") == {(b, 0)}
+    assert await found('"light rain"', "paris") == {(a, 3)}  # arguments are joined
+    nothing = await ok("search", "paris", "--user", "bob", "--conversation", a, "--url", url)
+    assert printed_hits(nothing.out) == {}
+    assert "no messages found" in nothing.out
+    limited = await ok("search", "paris", "--limit", "2", "--url", url)
+    assert len(printed_hits(limited.out)) == 2
+    assert "the best 2 hits shown" in limited.out
+
+
+async def test_search_json_and_errors(shared_backend: Any) -> None:
+    url = shared_backend.url
+    a, b, _c = await seed_search(url)
+    result = await ok("search", "paris", "--json", "--user", "alice", "--url", url)
+    records = [json.loads(line) for line in result.out.splitlines()]
+    assert {(r["conversation"], r["position"]) for r in records} == {(a, 0), (a, 1), (a, 3)}
+    async with histstore.connect(url) as store:
+        stored = await store.read(a)
+    for r in records:
+        assert set(r) == {"conversation", "position", "score", "message"}
+        assert r["message"] == stored[r["position"]].to_dict()
+    scores = [r["score"] for r in records]
+    assert scores == sorted(scores, reverse=True)
+    one = await ok("search", "rome", "--json", "--limit", "1", "--url", url)
+    (record,) = [json.loads(line) for line in one.out.splitlines()]
+    assert record["conversation"] == b
+    for bad in ('"unclosed', " "):
+        failed = await run("search", bad, "--url", url)
+        assert failed.code == 1
+        assert_one_line_error(failed)
+        assert failed.out == ""
+    usage = await run("search", "paris", "--limit", "0", "--url", url)
+    assert usage.code == 2
+
+
+async def test_search_marks_matches_when_colored(shared_backend: Any) -> None:
+    url = shared_backend.url
+    a, _b, c = await seed_search(url)
+    mark = "\033[1;7m{}\033[0m".format
+    phrase = await ok(
+        "search", '"light rain"', "--color", "always", "--conversation", a, "--url", url
+    )
+    assert f"Paris: 14 C with {mark('light rain')}." in phrase.out
+    words = await ok("search", "paris", "--color", "always", "--conversation", c, "--url", url)
+    assert mark("PARIS") in words.out
+    plain = await ok("search", "paris", "--color", "never", "--conversation", c, "--url", url)
+    assert "\033[" not in plain.out
+    assert re.sub(r"\033\[[0-9;]*m", "", words.out) == plain.out  # the same text, unmarked
+
+
+def test_search_snippet_window() -> None:
+    from histstore.cli._render import query_pattern, snippet
+
+    pattern = query_pattern('rain "light  RAIN" paris')
+    assert pattern is not None
+    text = f"{FILLER}\n\nIn Paris: light rain,\tthen more rain. {FILLER}"
+    line, spans = snippet(text, pattern)
+    assert line.startswith("...")
+    assert line.endswith("...")
+    assert len(line) <= 106
+    assert [line[lo:hi] for lo, hi in spans] == ["Paris", "light rain", "rain"]
+    assert line.index("Paris") > 20  # context before the first match
+    assert snippet("short Paris text", pattern) == ("short Paris text", [(6, 11)])
+    assert snippet("paris_x xparis 2paris", pattern) == ("paris_x xparis 2paris", [(0, 5)])
+    none, spans = snippet(FILLER, pattern)
+    assert none.startswith("filler0 ")
+    assert none.endswith("...")
+    assert spans == []
+    assert query_pattern('" " ...') is None

@@ -17,7 +17,7 @@ from typing import IO, Any
 import histstore
 from histstore import HistStoreError, Message, SchemaError, Store, admin
 
-from ._render import Printer, ProgressLine, Style, compact, span, table, when
+from ._render import HitPrinter, Printer, ProgressLine, Style, compact, span, table, when
 
 __all__ = ["UsageError", "open_store", "show_conversation"]
 
@@ -189,6 +189,26 @@ async def show_conversation(
     async for page in _pages(store, cid, start, info.length):
         for m in page:
             printer.message(m)
+
+
+async def cmd_search(args: argparse.Namespace) -> int:
+    query = " ".join(args.query)
+    async with open_store(args.url, schema=args.schema) as store:
+        view = store.scoped(args.user) if args.user is not None else store
+        hits = await view.search(query, conversation=args.conversation, limit=args.limit)
+    if args.json:
+        for h in hits:
+            record = {"conversation": h.conversation, "position": h.position, "score": h.score}
+            print(json.dumps({**record, "message": h.message.to_dict()}, ensure_ascii=False))
+        return 0
+    printer = HitPrinter(sys.stdout, query, color=args.color)
+    for h in hits:
+        printer.hit(h)
+    if len(hits) == args.limit:
+        print(printer.style.dim(f"the best {len(hits):,} hits shown (--limit N for more)"))
+    elif not hits:
+        print(printer.style.dim("no messages found"))
+    return 0
 
 
 async def cmd_stats(args: argparse.Namespace) -> int:

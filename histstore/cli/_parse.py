@@ -178,6 +178,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--last", type=_non_negative, metavar="N", help="only the newest N messages")
     p.add_argument("--json", action="store_true", help="messages as JSON Lines")
 
+    p = command("search", c.cmd_search, "find messages by the words in their text")
+    p.add_argument(
+        "query",
+        nargs="+",
+        metavar="QUERY",
+        help='words (all must match) and "quoted phrases", any case; several are joined',
+    )
+    p.add_argument("--conversation", metavar="ID", help="only in this conversation")
+    user_option(p, "only this user's conversations")
+    p.add_argument("--limit", type=_positive, default=10, metavar="N", help="at most N hits (10)")
+    p.add_argument("--json", action="store_true", help="one JSON object per hit, best first")
+    p.add_argument(
+        "--color",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="mark the matches (auto: when stdout is a terminal and NO_COLOR is unset)",
+    )
+
     p = command("stats", c.cmd_stats, "summarize what the database holds")
     user_option(p, "only this user's conversations")
     p.add_argument("--json", action="store_true", help="as one JSON object")

@@ -12,20 +12,25 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import IO, Any
 
+import histstore
 from histstore import Message
 
 __all__ = [
+    "HitPrinter",
     "Printer",
     "ProgressLine",
     "Style",
     "compact",
     "message_lines",
+    "query_pattern",
+    "snippet",
     "span",
     "table",
     "when",
@@ -44,10 +49,12 @@ _ROLE_COLORS = {
 
 
 class Style:
-    """ANSI styling for a terminal (off when not a tty, or when NO_COLOR is set)."""
+    """ANSI styling for a terminal. ``color="auto"``: on when the stream is a tty and
+    NO_COLOR is not set; ``"always"`` and ``"never"`` decide regardless."""
 
-    def __init__(self, stream: IO[str]) -> None:
-        self.on = stream.isatty() and not os.environ.get("NO_COLOR")
+    def __init__(self, stream: IO[str], color: str = "auto") -> None:
+        auto = stream.isatty() and not os.environ.get("NO_COLOR")
+        self.on = color == "always" or (color == "auto" and auto)
 
     def _wrap(self, code: str, text: str) -> str:
         return f"\033[{code}m{text}\033[0m" if self.on else text
@@ -60,6 +67,10 @@ class Style:
 
     def role(self, role: str, text: str) -> str:
         return self._wrap(_ROLE_COLORS.get(role, "1"), text)
+
+    def mark(self, text: str) -> str:
+        """A search match: bold and reversed."""
+        return self._wrap("1;7", text)
 
 
 class ProgressLine:
@@ -253,3 +264,89 @@ class Printer:
         pad = " " * (len(head) + 11)
         for line in lines[1:]:
             self.out.write(pad + line + "\n")
+
+
+# ---------------------------------------------------------------------------- search hits
+
+_WORD = r"[^\W_]+"  # letters and digits; "_" and punctuation separate words, as in the indexes
+
+
+def query_pattern(query: str) -> re.Pattern[str] | None:
+    """Where a search query's words and ``"quoted phrases"`` occur in a text: whole
+    words in any case, a phrase's words separated by anything but letters and digits.
+    ``None`` when the query holds no word. (For highlighting only; the store decides
+    what matches.)"""
+    terms: list[str] = []
+    for i, chunk in enumerate(query.split('"')):
+        words = [re.escape(w) for w in re.findall(_WORD, chunk)]
+        if i % 2 and words:
+            terms.append(r"[\W_]+".join(words))
+        else:
+            terms.extend(words)
+    if not terms:
+        return None
+    terms.sort(key=len, reverse=True)  # a phrase before its own first word
+    edge = r"[^\W_]"
+    return re.compile(rf"(?<!{edge})(?:{'|'.join(terms)})(?!{edge})", re.IGNORECASE)
+
+
+def snippet(
+    text: str, pattern: re.Pattern[str] | None, *, width: int = 100
+) -> tuple[str, list[tuple[int, int]]]:
+    """About ``width`` characters of ``text`` on one line (whitespace collapsed) around
+    the first match of ``pattern`` (the start when nothing matches), cut at spaces where
+    one is near, with ``...`` where text was left out; and the spans of the matches that
+    lie wholly inside the returned line, in order."""
+    flat = " ".join(text.split())
+    first = pattern.search(flat) if pattern is not None else None
+    start, end = 0, len(flat)
+    if len(flat) > width:
+        if first is not None:
+            start = max(0, first.start() - max(width - len(first.group()), 0) // 3)
+        end = min(len(flat), start + width)
+        start = max(0, end - width)
+        keep_from = first.start() if first is not None else start + 15
+        keep_to = first.end() if first is not None else end - 15
+        if start > 0 and flat[start - 1] != " ":
+            cut = flat.find(" ", start, min(start + 15, keep_from))
+            start = cut + 1 if cut != -1 else start
+        if end < len(flat) and flat[end] != " ":
+            cut = flat.rfind(" ", max(end - 15, keep_to), end)
+            end = cut if cut != -1 else end
+    start += flat[start:end].startswith(" ")
+    end -= flat[start:end].endswith(" ")
+    head = "..." if start > 0 else ""
+    tail = "..." if end < len(flat) else ""
+    line = head + flat[start:end] + tail
+    shift = len(head) - start
+    spans: list[tuple[int, int]] = []
+    if pattern is not None:
+        for m in pattern.finditer(flat):
+            if m.start() >= start and m.end() <= end:
+                spans.append((m.start() + shift, m.end() + shift))
+    return line, spans
+
+
+class HitPrinter:
+    """Prints search hits: conversation, position, role and score, then a snippet of the
+    message's indexed text with the query's words marked (plain text off a terminal)."""
+
+    def __init__(self, out: IO[str], query: str, *, color: str = "auto") -> None:
+        self.out = out
+        self.style = Style(out, color)
+        self.pattern = query_pattern(query)
+
+    def hit(self, hit: histstore.Hit) -> None:
+        m = hit.message
+        style = self.style
+        head = f"{style.bold(hit.conversation)}  #{hit.position}  {style.role(m.role, m.role)}"
+        self.out.write(f"{head}  {style.dim(f'score {hit.score:.4g}')}\n")
+        text = histstore.indexed_text(m)
+        if text is None:
+            text = " ".join(message_lines(m.to_dict()))
+        line, spans = snippet(text, self.pattern)
+        parts, at = [], 0
+        for lo, hi in spans:
+            parts += [line[at:lo], style.mark(line[lo:hi])]
+            at = hi
+        self.out.write("    " + "".join(parts) + line[at:] + "\n")

@@ -1,0 +1,180 @@
+"""Search: each message's indexed text, a full-text index over it, message vectors.
+
+Adds ``histstore_messages.search_text`` and fills it for the messages already stored,
+in batches (``histstore._search.indexed_text`` decides what it holds); then the
+full-text index (SQLite: an external-content FTS5 table kept by triggers; Postgres: a
+GIN index on ``to_tsvector('simple', search_text)``) and ``histstore_vectors``, whose
+rows go with their message (Postgres: a cascading foreign key; SQLite: a trigger).
+
+Revision ID: b7d4e2a91c30
+Revises: 5c1e0a7d2b41
+Create Date: 2026-12-01 16:00:00.000000
+
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+from histstore._search import indexed_text
+
+# Ids compare by code point: Postgres needs the "C" collation for that.
+ID = sa.String(length=255).with_variant(sa.String(length=255, collation="C"), "postgresql")
+
+revision: str = "b7d4e2a91c30"
+down_revision: str | None = "5c1e0a7d2b41"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+BATCH = 2000
+
+# A Table (not a lightweight ``table()``), so a schema placement translates it.
+_messages = sa.Table(
+    "histstore_messages",
+    sa.MetaData(),
+    sa.Column("conversation_id", ID, primary_key=True),
+    sa.Column("position", sa.BigInteger, primary_key=True),
+    sa.Column("data", sa.Text),
+    sa.Column("search_text", sa.Text),
+)
+
+# SQLite: the FTS5 table reads its text from histstore_messages (by rowid, which SQLite
+# keeps across VACUUM for this table) and is kept equal to it by these triggers, in the
+# transaction of every statement that changes messages.
+_SQLITE_UP = [
+    "CREATE VIRTUAL TABLE histstore_messages_fts USING fts5(search_text,"
+    " content='histstore_messages', content_rowid='rowid',"
+    " tokenize='unicode61 remove_diacritics 0')",
+    "INSERT INTO histstore_messages_fts(histstore_messages_fts) VALUES ('rebuild')",
+    "CREATE TRIGGER histstore_messages_fts_insert AFTER INSERT ON histstore_messages"
+    " WHEN new.search_text IS NOT NULL BEGIN"
+    " INSERT INTO histstore_messages_fts(rowid, search_text)"
+    " VALUES (new.rowid, new.search_text); END",
+    "CREATE TRIGGER histstore_messages_fts_delete AFTER DELETE ON histstore_messages"
+    " WHEN old.search_text IS NOT NULL BEGIN"
+    " INSERT INTO histstore_messages_fts(histstore_messages_fts, rowid, search_text)"
+    " VALUES ('delete', old.rowid, old.search_text); END",
+    "CREATE TRIGGER histstore_messages_fts_update AFTER UPDATE ON histstore_messages BEGIN"
+    " INSERT INTO histstore_messages_fts(histstore_messages_fts, rowid, search_text)"
+    " SELECT 'delete', old.rowid, old.search_text WHERE old.search_text IS NOT NULL;"
+    " INSERT INTO histstore_messages_fts(rowid, search_text)"
+    " SELECT new.rowid, new.search_text WHERE new.search_text IS NOT NULL; END",
+    "CREATE TRIGGER histstore_vectors_gone AFTER DELETE ON histstore_messages BEGIN"
+    " DELETE FROM histstore_vectors WHERE conversation_id = old.conversation_id"
+    " AND position = old.position; END",
+]
+_SQLITE_DOWN = [
+    "DROP TRIGGER IF EXISTS histstore_vectors_gone",
+    "DROP TRIGGER IF EXISTS histstore_messages_fts_update",
+    "DROP TRIGGER IF EXISTS histstore_messages_fts_delete",
+    "DROP TRIGGER IF EXISTS histstore_messages_fts_insert",
+    "DROP TABLE IF EXISTS histstore_messages_fts",
+]
+
+
+def _schema() -> str | None:
+    """The schema histstore's tables are placed in (``connect(schema=)``): ALTER TABLE
+    is not translated like the other operations. Offline, ``search_path`` places it."""
+    if op.get_context().as_sql:
+        return None
+    placed = op.get_bind().get_execution_options().get("schema_translate_map") or {}
+    schema = placed.get(None)
+    return str(schema) if schema else None
+
+
+def upgrade() -> None:
+    op.add_column(
+        "histstore_messages", sa.Column("search_text", sa.Text(), nullable=True), schema=_schema()
+    )
+    if not op.get_context().as_sql:
+        _backfill()
+    op.create_table(
+        "histstore_vectors",
+        sa.Column("conversation_id", ID, nullable=False),
+        sa.Column("position", sa.BigInteger(), nullable=False),
+        sa.Column("model", ID, nullable=False),
+        sa.Column("vector", sa.LargeBinary(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["conversation_id", "position"],
+            ["histstore_messages.conversation_id", "histstore_messages.position"],
+            name=op.f("fk_histstore_vectors_conversation_id_histstore_messages"),
+            ondelete="CASCADE",
+        ),
+        sa.PrimaryKeyConstraint(
+            "conversation_id", "position", "model", name=op.f("pk_histstore_vectors")
+        ),
+    )
+    op.create_index(
+        op.f("ix_histstore_vectors_model_conversation_id_position"),
+        "histstore_vectors",
+        ["model", "conversation_id", "position"],
+    )
+    if op.get_context().dialect.name == "postgresql":
+        op.create_index(
+            "ix_histstore_messages_search",
+            "histstore_messages",
+            [sa.text("to_tsvector('simple'::regconfig, search_text)")],
+            postgresql_using="gin",
+        )
+    else:
+        for statement in _SQLITE_UP:
+            op.execute(statement)
+
+
+def _backfill() -> None:
+    """Fill ``search_text`` for the stored messages, ``BATCH`` at a time in key order."""
+    bind = op.get_bind()
+    m = _messages
+    page = sa.select(m.c.conversation_id, m.c.position, m.c.data).order_by(
+        m.c.conversation_id, m.c.position
+    )
+    fill = (
+        sa.update(m)
+        .where(
+            m.c.conversation_id == sa.bindparam("c"),
+            m.c.position == sa.bindparam("p"),
+        )
+        .values(search_text=sa.bindparam("t"))
+    )
+    after: tuple[str, int] | None = None
+    while True:
+        stmt = page
+        if after is not None:
+            stmt = stmt.where(
+                sa.or_(
+                    m.c.conversation_id > after[0],
+                    sa.and_(m.c.conversation_id == after[0], m.c.position > after[1]),
+                )
+            )
+        rows = bind.execute(stmt.limit(BATCH)).all()
+        if not rows:
+            return
+        filled = []
+        for cid, position, data in rows:
+            text = indexed_text(json.loads(data))
+            if text is not None:
+                filled.append({"c": cid, "p": position, "t": text})
+        if filled:
+            bind.execute(fill, filled)
+        after = (rows[-1][0], rows[-1][1])
+
+
+def downgrade() -> None:
+    if op.get_context().dialect.name == "postgresql":
+        op.drop_index(
+            "ix_histstore_messages_search", table_name="histstore_messages", schema=_schema()
+        )
+    else:
+        for statement in _SQLITE_DOWN:
+            op.execute(statement)
+    op.drop_index(
+        op.f("ix_histstore_vectors_model_conversation_id_position"),
+        table_name="histstore_vectors",
+        schema=_schema(),
+    )
+    op.drop_table("histstore_vectors", schema=_schema())
+    op.drop_column("histstore_messages", "search_text", schema=_schema())
