@@ -1,12 +1,11 @@
-"""Search by meaning: vectors from the caller's embedder, kept in ``histstore_vectors``
-next to the messages they describe (SPEC 12, "Meaning").
+"""Search by meaning (SPEC 12): the caller's embeddings of messages, kept in
+``histstore_vectors`` and ranked by exact cosine similarity.
 
-A message is embedded from its ``search_text`` (see ``_search.indexed_text``); one
-without text gets no vector. A vector is stored unit-normalized, as float32
-little-endian bytes (4 bytes a dimension), keyed by (conversation, position, model).
-The database drops a message's vectors in the transaction that deletes the message
-(pop, clear, purge, replacing ``save``...), so a stored vector always belongs to the
-message stored at its place, with the text it was made from.
+A message is embedded from its ``search_text`` (``_search.indexed_text``); one without
+text gets no vector. A vector is stored unit-normalized as float32 little-endian bytes
+(4 a dimension), keyed by (conversation, position, model). The database deletes a
+message's vectors with the message, so a vector always belongs to the message now at
+its place, with the text it was made from.
 """
 
 from __future__ import annotations
@@ -52,7 +51,6 @@ from ._store import Store
 __all__ = ["Embed", "SemanticIndex"]
 
 Embed = Callable[[list[str]], Awaitable[Sequence[Sequence[float]]]]
-"""An embedder: texts in, one vector (a list of numbers) per text out, in order."""
 
 _LITTLE = sys.byteorder == "little"
 _OFF_LOOP = 2000  # rank this many vectors or more in a worker thread
@@ -60,25 +58,22 @@ _READ_CHUNK = 500  # (conversation, position) pairs per message read
 
 
 class SemanticIndex:
-    """Vectors of a store's messages for one embedding ``model``, and search by them.
+    """A store's message vectors for one embedding ``model``, and search by them.
 
-    ``embed`` is ``async (list[str]) -> list[list[float]]``; ``model`` names it (vectors
-    of different models are kept apart). Made over a scoped view, the index embeds,
-    searches and deletes only that user's conversations.
+    ``embed`` is ``async (list[str]) -> list[list[float]]``; ``model`` names it (each
+    model has vectors of its own). Over a scoped view the index embeds, searches and
+    deletes only that user's conversations. What ``embed`` returns must be one vector per
+    text, each a non-empty list of finite numbers, not all zero, all of the dimension of
+    the vectors stored for ``model``: else ``InvalidMessage``, and nothing is stored.
 
-    Every vector the embedder returns is checked before anything is stored: one per
-    text, each a non-empty list of finite numbers, not all zero, all of one dimension,
-    which is also the dimension of the vectors already stored for ``model``. Otherwise
-    ``InvalidMessage`` is raised and nothing of that batch is written.
-
-    With ``approximate=True`` the index looks, at its first update or search, for a
-    vector index the database offers (``vector_index``). Ranking is exact in every case
-    for now, so results are the same as with ``approximate=False``.
+    ``approximate=True`` looks for a vector index of the database (``vector_index``) at
+    the first update or search. Ranking is exact in every case so far, so results are
+    those of ``approximate=False``.
 
     Raises:
-        TypeError: ``store`` is not a ``Store``, or ``embed`` is not callable, or
+        TypeError: ``store`` is not a ``Store``, ``embed`` not callable, or
             ``approximate`` not a bool.
-        InvalidId: ``model`` is not a str of 1 to 255 characters (the id rules).
+        InvalidId: ``model`` breaks the id rules (a str of 1 to 255 characters...).
     """
 
     def __init__(
@@ -111,21 +106,20 @@ class SemanticIndex:
         return self._vector_index
 
     async def update(self, conversation: str | None = None, *, batch: int = 64) -> int:
-        """Embed the messages (with text) that have no vector for ``model`` yet, in
-        ``conversation`` or in every visible one; returns how many vectors it stored.
+        """Embed the messages with text and no vector for ``model``, in ``conversation``
+        or every visible one; returns how many vectors it stored.
 
-        Messages are walked in (conversation, position) order, ``batch`` texts per call
-        of the embedder, which runs outside any transaction. Each batch's vectors are
-        committed in their own transaction, so an interrupted update (the embedder
-        raises, the task is cancelled) keeps the finished batches and a rerun embeds
-        only the rest. A vector is stored only if its message is still there with the
-        same text, and not when another updater stored it first.
+        Messages go in (conversation, position) order, ``batch`` texts a call of
+        ``embed``, which runs outside any transaction; each batch's vectors are then
+        committed in a transaction of their own, so an interrupted update keeps the
+        finished batches and a rerun embeds only the rest. A vector is stored only while
+        its message holds the text it was made from, and not when another update stored
+        it first. What ``embed`` raises propagates.
 
         Raises:
             InvalidId: a malformed ``conversation``.
             TypeError, ValueError: ``batch`` is not a positive int.
-            InvalidMessage: the embedder's output is not valid (see the class).
-            What the embedder raises propagates as it is.
+            InvalidMessage: what ``embed`` returned is not valid (see the class).
         """
         if conversation is not None:
             validate_id(conversation)
@@ -165,18 +159,16 @@ class SemanticIndex:
         return stored
 
     async def search(self, query: str, *, conversation: str | None = None, k: int = 5) -> list[Hit]:
-        """The ``k`` messages whose vectors are closest to ``query``'s by cosine
-        similarity (the ``score``, at most 1), best first, ties by (conversation,
-        position); in ``conversation`` only when given (only its vectors are read).
-
-        The query is embedded with one call ``embed([query])``. Ranking is exact: every
-        candidate vector is compared. Vectors and messages are read in one snapshot.
+        """The ``k`` messages most similar to ``query`` by cosine similarity (``score``),
+        best first, ties by (conversation, position); with ``conversation`` only its
+        vectors are read. One call ``embed([query])``; every candidate is compared
+        (exact); vectors and messages are read in one snapshot.
 
         Raises:
             InvalidId: a malformed ``conversation``.
             TypeError, ValueError: ``k`` is not a positive int.
-            InvalidMessage: ``query`` is not a non-blank str, the embedder's output is
-                not valid, or the stored vectors have another dimension than the query's.
+            InvalidMessage: ``query`` is blank or not a str, what ``embed`` returned is
+                not valid, or stored vectors have another dimension than the query's.
         """
         if conversation is not None:
             validate_id(conversation)
@@ -214,12 +206,8 @@ class SemanticIndex:
         )
 
     async def delete(self, conversation: str) -> None:
-        """Drop ``conversation``'s vectors for ``model`` (a later ``update`` embeds its
-        messages again). Nothing happens for a conversation that is not there.
-
-        Raises:
-            InvalidId: a malformed ``conversation``.
-        """
+        """Drop ``conversation``'s vectors for ``model`` (a later ``update`` embeds it
+        again); nothing happens for an unknown one. Raises ``InvalidId`` for a bad id."""
         validate_id(conversation)
         params = self._ctx.params(conversation, model=self._model)
 
@@ -231,8 +219,6 @@ class SemanticIndex:
             program(), action="semantic delete", conversation=conversation
         )
 
-    # ------------------------------------------------------------------ helpers
-
     async def _vectors(self, texts: list[str]) -> list[array[float]]:
         """The embedder's vectors for ``texts``, checked and unit-normalized."""
         out = await self._embed(list(texts))
@@ -240,13 +226,10 @@ class SemanticIndex:
             raise InvalidMessage("the embedder must return a list of vectors")
         given = list(out)
         if len(given) != len(texts):
-            raise InvalidMessage(
-                f"the embedder returned {len(given)} vectors for {len(texts)} texts"
-            )
+            raise InvalidMessage(f"the embedder returned {len(given)} vectors for {len(texts)}")
         vectors = [_unit(v) for v in given]
-        widths = {len(v) for v in vectors}
-        if len(widths) > 1:
-            raise InvalidMessage(f"the embedder returned vectors of {len(widths)} dimensions")
+        if len({len(v) for v in vectors}) > 1:
+            raise InvalidMessage("the embedder returned vectors of several dimensions")
         return vectors
 
     async def _check_index(self) -> None:
@@ -260,10 +243,9 @@ class SemanticIndex:
 
             found = await self._ctx.executor.run(work, mode="read", action="semantic index")
             self._vector_index = "pgvector" if found else None
-        else:
-            loadable = hasattr(sqlite3.Connection, "enable_load_extension")
-            if loadable and importlib.util.find_spec("sqlite_vec") is not None:
-                self._vector_index = "sqlite-vec"
+        elif hasattr(sqlite3.Connection, "enable_load_extension"):  # sqlite3 built with it
+            has_vec = importlib.util.find_spec("sqlite_vec") is not None
+            self._vector_index = "sqlite-vec" if has_vec else None
         self._checked = True
 
 
@@ -327,7 +309,7 @@ class _Statements:
             .on_conflict_do_nothing(index_elements=[v.c.conversation_id, v.c.position, v.c.model])
             .returning(v.c.position)
         )
-        # Bytes of one stored vector of the model: its dimension, times 4.
+        # The bytes of a vector of the model (4 times its dimension).
         self.width = compile_(select(func.length(v.c.vector)).where(v.c.model == model).limit(1))
         drop = delete(v).where(v.c.conversation_id == c, v.c.model == model)
         if scoped:
@@ -370,9 +352,7 @@ def _bytes(unit: array[float]) -> bytes:
 
 
 def _dimensions(model: str, stored: int, given: int) -> InvalidMessage:
-    return InvalidMessage(
-        f"vectors of model {model!r} have {stored} dimensions; the embedder returned {given}"
-    )
+    return InvalidMessage(f"vectors of model {model!r} have {stored} dimensions, not {given}")
 
 
 def _rank(
@@ -395,16 +375,13 @@ def _rank(
     return heapq.nsmallest(k, scores(), key=lambda t: (-t[0], t[1], t[2]))
 
 
-async def _messages(
-    conn: AsyncConnection, keys: list[tuple[str, int]]
-) -> dict[tuple[str, int], Message]:
-    """The stored messages at ``keys`` (those still there)."""
+async def _messages(conn: AsyncConnection, keys: list[tuple[str, int]]) -> dict[Any, Message]:
+    """The stored messages at ``keys``, by key."""
     m = s.messages
-    found: dict[tuple[str, int], Message] = {}
+    found: dict[Any, Message] = {}
     for i in range(0, len(keys), _READ_CHUNK):
-        stmt = select(m.c.conversation_id, m.c.position, m.c.data, m.c.created_at).where(
-            tuple_(m.c.conversation_id, m.c.position).in_(keys[i : i + _READ_CHUNK])
-        )
+        where = tuple_(m.c.conversation_id, m.c.position).in_(keys[i : i + _READ_CHUNK])
+        stmt = select(m.c.conversation_id, m.c.position, m.c.data, m.c.created_at).where(where)
         for c, p, data, created_at in await conn.execute(stmt):
             found[c, int(p)] = Message._stored(data, int(p), created_at)
     return found

@@ -23,9 +23,10 @@ class TextSearch:
             validate_id(conversation)
         n = _rules.argument(limit, "limit", allow_none=False)
         ctx = self._ctx
-        # A term without a letter or digit holds no word the index keeps, so it can
-        # match nothing, and all terms must match.
-        if n == 0 or not all(any(ch.isalnum() for ch in t) for t in terms):
+        # A term without a letter or digit holds no word the index keeps: it is left
+        # out, as punctuation between words is.
+        terms = [t for t in terms if any(ch.isalnum() for ch in t)]
+        if n == 0 or not terms:
             ctx.executor.check()
             return []
         params = ctx.params(

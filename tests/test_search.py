@@ -1,0 +1,427 @@
+"""Text search (SPEC 12): what is indexed, how queries are read, and that the index
+changes with the messages, in the same transaction, on every backend."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faults import Faults
+from helpers import new_id
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import histstore
+from histstore import ConflictError, Hit, InvalidMessage, Message, Store, indexed_text
+from histstore._export import copy_store, export_store, import_store
+from histstore._search import parse_query
+
+# ---------------------------------------------------------------------- indexed text
+
+SHAPES: list[Any] = [
+    pytest.param({"role": "user", "content": "plain words"}, "plain words", id="chat-string"),
+    pytest.param(
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "look at"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,QUJD"}},
+            ],
+        },
+        "look at",
+        id="chat-parts",
+    ),
+    pytest.param(
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "weather", "arguments": '{"city": "Paris", "days": 3}'},
+                }
+            ],
+        },
+        "Paris\n3",
+        id="chat-tool-call",
+    ),
+    pytest.param(
+        {"role": "assistant", "function_call": {"name": "f", "arguments": "not json"}},
+        "not json",
+        id="chat-legacy-function-call",
+    ),
+    pytest.param(
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 degrees"},
+        "sunny, 21 degrees",
+        id="chat-tool-result",
+    ),
+    pytest.param(
+        {
+            "type": "message",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": "an answer", "annotations": []}],
+        },
+        "an answer",
+        id="responses-message",
+    ),
+    pytest.param(
+        {"role": "user", "content": [{"type": "input_text", "text": "a question"}]},
+        "a question",
+        id="responses-input",
+    ),
+    pytest.param(
+        {
+            "type": "function_call",
+            "call_id": "c1",
+            "name": "lookup",
+            "arguments": '{"query": "tide tables", "nested": {"k": ["deep value"]}}',
+        },
+        "tide tables\ndeep value",
+        id="responses-function-call",
+    ),
+    pytest.param(
+        {"type": "function_call_output", "call_id": "c1", "output": "high tide at noon"},
+        "high tide at noon",
+        id="responses-function-output",
+    ),
+    pytest.param(
+        {
+            "type": "function_call_output",
+            "call_id": "c1",
+            "output": [{"type": "input_text", "text": "listed output"}],
+        },
+        "listed output",
+        id="responses-function-output-blocks",
+    ),
+    pytest.param(
+        {"type": "custom_tool_call", "call_id": "c2", "name": "sh", "input": "ls -la"},
+        "ls -la",
+        id="responses-custom-tool-call",
+    ),
+    pytest.param(
+        {"type": "reasoning", "id": "r1", "summary": [], "encrypted_content": "opaque"},
+        None,
+        id="responses-reasoning",
+    ),
+    pytest.param(
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "let me check"},
+                {"type": "tool_use", "id": "tu1", "name": "search", "input": {"q": "otters"}},
+            ],
+        },
+        "let me check\notters",
+        id="anthropic-tool-use",
+    ),
+    pytest.param(
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "tu1", "content": "otters hold hands"},
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "tu2",
+                    "content": [{"type": "text", "text": "in blocks"}],
+                },
+                {"type": "image", "source": {"type": "base64", "data": "QUJD"}},
+            ],
+        },
+        "otters hold hands\nin blocks",
+        id="anthropic-tool-result",
+    ),
+    pytest.param({"role": "assistant", "content": ""}, None, id="empty"),
+]
+
+
+@pytest.mark.parametrize(("message", "expected"), SHAPES)
+def test_indexed_text_per_shape(message: dict[str, Any], expected: str | None) -> None:
+    assert indexed_text(message) == expected
+    assert indexed_text(Message.from_dict(message)) == expected
+
+
+def test_keys_roles_and_types_are_not_text() -> None:
+    m = {"role": "user", "type": "message", "content": [{"type": "text", "text": "x"}]}
+    assert indexed_text(m) == "x"
+    call = {"type": "function_call", "name": "n", "arguments": '{"secretkey": 1}'}
+    assert indexed_text(call) == "1"
+
+
+@pytest.mark.parametrize(
+    ("query", "terms"),
+    [
+        ("fox", ["fox"]),
+        ("  quick   brown fox ", ["quick", "brown", "fox"]),
+        ('"brown  fox" jumps', ["brown fox", "jumps"]),
+        ('a"b c"d', ["a", "b c", "d"]),
+        ("OR NOT NEAR(a b) * - ^ : '", ["OR", "NOT", "NEAR(a", "b)", "*", "-", "^", ":", "'"]),
+    ],
+)
+def test_queries_are_words_and_phrases(query: str, terms: list[str]) -> None:
+    assert parse_query(query) == terms
+
+
+@pytest.mark.parametrize("query", ["", "   ", "\n\t", '""', '" "', '"open', 'a "b c', "a\x00b"])
+def test_bad_queries_are_refused(query: str) -> None:
+    with pytest.raises(InvalidMessage):
+        parse_query(query)
+
+
+# ---------------------------------------------------------------------- the store
+
+
+def texts(hits: list[Hit]) -> list[Any]:
+    return [h.message.content for h in hits]
+
+
+def where(hits: list[Hit]) -> list[tuple[str, int]]:
+    return [(h.conversation, h.position) for h in hits]
+
+
+async def test_all_words_must_match(store: Store, cid: str) -> None:
+    await store.write(
+        cid,
+        [
+            {"role": "user", "content": "the quick brown fox"},
+            {"role": "assistant", "content": "a quick answer"},
+            {"role": "user", "content": "Brown bread"},
+        ],
+    )
+    assert sorted(where(await store.search("quick"))) == [(cid, 0), (cid, 1)]
+    assert where(await store.search("QUICK fox")) == [(cid, 0)]
+    assert sorted(where(await store.search("brown"))) == [(cid, 0), (cid, 2)]
+    assert await store.search("quick bread") == []
+    hit = (await store.search("fox"))[0]
+    assert hit.message == Message.user("the quick brown fox")
+    assert hit.message.position == 0
+    assert hit.message.created_at is not None
+    assert isinstance(hit.score, float)
+
+
+async def test_phrases_match_words_in_order(store: Store, cid: str) -> None:
+    await store.write(
+        cid,
+        [
+            {"role": "user", "content": "the brown fox runs"},
+            {"role": "user", "content": "the fox is brown"},
+        ],
+    )
+    assert where(await store.search('"brown fox"')) == [(cid, 0)]
+    assert where(await store.search('"fox is brown" the')) == [(cid, 1)]
+    assert await store.search('"fox brown"') == []
+
+
+async def test_the_best_match_comes_first(store: Store, cid: str) -> None:
+    filler = [{"role": "user", "content": f"unrelated message number {i}"} for i in range(8)]
+    await store.write(
+        cid,
+        [
+            *filler,
+            {"role": "user", "content": "otter facts and many other words about rivers"},
+            {"role": "user", "content": "otter otter otter"},
+        ],
+    )
+    hits = await store.search("otter")
+    assert where(hits) == [(cid, 9), (cid, 8)]
+    assert hits[0].score > hits[1].score
+
+
+async def test_conversation_and_limit(store: Store) -> None:
+    a, b = new_id("a"), new_id("b")
+    await store.write(a, [{"role": "user", "content": f"kiwi {i}"} for i in range(5)])
+    await store.write(b, [{"role": "user", "content": "kiwi"}])
+    assert {h.conversation for h in await store.search("kiwi", conversation=b)} == {b}
+    assert len(await store.search("kiwi", conversation=a)) == 5
+    assert len(await store.search("kiwi", limit=3)) == 3
+    assert len(await store.search("kiwi")) == 6
+    assert await store.search("kiwi", limit=0) == []
+    assert await store.search("kiwi", conversation=new_id("none")) == []
+    with pytest.raises(ValueError, match="limit"):
+        await store.search("kiwi", limit=-1)
+    with pytest.raises(TypeError):
+        await store.search("kiwi", limit=None)  # type: ignore[arg-type]
+    with pytest.raises(histstore.InvalidId):
+        await store.search("kiwi", conversation=" padded")
+
+
+@pytest.mark.parametrize("query", ["", "  ", '"unclosed', 'one "two', 3, None, "a\x00"], ids=repr)
+async def test_bad_queries_raise_invalid_message(store: Store, query: Any) -> None:
+    with pytest.raises(InvalidMessage):
+        await store.search(query)
+
+
+@pytest.mark.parametrize(
+    ("query", "found"),
+    [
+        ("foo OR bar", False),
+        ("foo AND NOT bar", False),
+        ("NEAR(foo bar)", False),
+        ("foo | bar", False),
+        ("foo & !bar", False),
+        ("'foo' <-> 'bar'", False),
+        ("text:foo", False),
+        ("foo*", True),
+        ("fo*", False),
+        ("-foo", True),
+        ("foo:*", True),
+        ("^foo", True),
+        ("foo\\", True),
+        ("(foo", True),
+        ("foo -", True),
+        ("foo 'foo'", True),
+    ],
+)
+async def test_engine_syntax_is_matched_as_text(
+    store: Store, cid: str, query: str, found: bool
+) -> None:
+    """Operators of FTS5 or tsquery in a query are words like any other, or punctuation:
+    never an error, never an operator (no OR, no NOT, no prefix match)."""
+    await store.write(cid, [{"role": "user", "content": "foo"}, {"role": "user", "content": "bar"}])
+    assert where(await store.search(query)) == ([(cid, 0)] if found else [])
+
+
+async def test_a_query_of_punctuation_finds_nothing(store: Store, cid: str) -> None:
+    await store.write(cid, [{"role": "user", "content": "!!! ???"}])
+    assert await store.search("!!!") == []
+    assert await store.search('"???"') == []
+
+
+async def test_what_is_not_text_is_not_found(store: Store, cid: str) -> None:
+    await store.write(
+        cid,
+        [
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {
+                        "id": "zebracallid",
+                        "type": "function",
+                        "function": {"name": "giraffename", "arguments": '{"okapikey": "lion"}'},
+                    }
+                ],
+            }
+        ],
+    )
+    assert where(await store.search("lion")) == [(cid, 0)]
+    for word in ("zebracallid", "giraffename", "okapikey", "assistant", "function"):
+        assert await store.search(word) == []
+
+
+async def test_pop_and_clear_take_messages_out_of_the_index(store: Store, cid: str) -> None:
+    await store.write(cid, [{"role": "user", "content": "walrus"}] * 3)
+    await store.pop(cid)
+    assert where(await store.search("walrus")) == [(cid, 0), (cid, 1)]
+    await store.write(cid, [{"role": "user", "content": "narwhal"}])  # reuses position 2
+    assert where(await store.search("narwhal")) == [(cid, 2)]
+    assert len(await store.search("walrus")) == 2
+    await store.clear(cid)
+    assert await store.search("walrus") == []
+    assert await store.search("narwhal") == []
+
+
+async def test_a_refused_write_leaves_no_trace(store: Store, cid: str) -> None:
+    await store.write(cid, [{"role": "user", "content": "first"}])
+    with pytest.raises(ConflictError):
+        await store.write(cid, [{"role": "user", "content": "heron"}], at=5)
+    with pytest.raises(InvalidMessage):
+        await store.write(cid, [{"role": "user", "content": "heron"}, {"content": "no role"}])
+    assert await store.search("heron") == []
+
+
+@pytest.fixture
+def faults(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Faults]:
+    f = Faults(monkeypatch)
+    yield f
+    f.fail_insert_into = None
+
+
+async def test_a_write_rolled_back_half_way_leaves_no_trace(
+    store: Store, cid: str, faults: Faults
+) -> None:
+    """The messages and their index entries go in, then the write record fails: the
+    rollback takes the index entries too."""
+    faults.fail_insert_into = "histstore_writes"
+    with pytest.raises(histstore.WriteError):
+        await store.write(cid, [{"role": "user", "content": "pelican"}], idempotency_key="k")
+    faults.fail_insert_into = None
+    assert await store.search("pelican") == []
+    await store.write(cid, [{"role": "user", "content": "pelican"}])
+    assert where(await store.search("pelican")) == [(cid, 0)]
+
+
+async def test_fork_save_and_purge(store: Store) -> None:
+    a, b = new_id("a"), new_id("b")
+    await store.write(a, [{"role": "user", "content": f"lemur {i}"} for i in range(4)])
+    await store.fork(a, b, upto=2)
+    assert sorted(where(await store.search("lemur", conversation=b))) == [(b, 0), (b, 1)]
+    state = await store.load(b)
+    await store.save(dataclasses.replace(state, messages=(Message.user("capybara"),)))
+    assert await store.search("lemur", conversation=b) == []
+    assert where(await store.search("capybara")) == [(b, 0)]
+    assert await store.purge(idle_for=timedelta(0)) >= 2
+    assert await store.search("lemur") == []
+    assert await store.search("capybara") == []
+
+
+async def test_a_view_searches_its_own_conversations(store: Store) -> None:
+    mine, theirs = new_id("mine"), new_id("theirs")
+    alice, bob = store.scoped("alice"), store.scoped("bob")
+    await alice.write(mine, [{"role": "user", "content": "secret badger"}])
+    await bob.write(theirs, [{"role": "user", "content": "other badger"}])
+    assert where(await alice.search("badger")) == [(mine, 0)]
+    assert where(await bob.search("badger")) == [(theirs, 0)]
+    assert await alice.search("badger", conversation=theirs) == []
+    assert len(await store.search("badger")) == 2
+
+
+async def test_import_and_copy_index_what_they_write(store: Store, tmp_path: Path) -> None:
+    cid = new_id()
+    await store.write(
+        cid,
+        [
+            {"role": "user", "content": "moose"},
+            {"type": "function_call", "call_id": "x", "name": "f", "arguments": '{"a": "elk"}'},
+        ],
+    )
+    out = io.StringIO()
+    await export_store(store, out)
+    await store.clear(cid)
+    assert await store.search("moose") == []
+    await import_store(store, (line.encode() for line in out.getvalue().splitlines(True)))
+    assert where(await store.search("moose")) == [(cid, 0)]
+    assert where(await store.search("elk")) == [(cid, 1)]
+
+    async with histstore.connect(str(tmp_path / "copy.db")) as target:
+        await copy_store(store, target)
+        assert where(await target.search("elk")) == [(cid, 1)]
+        assert where(await target.search("moose")) == [(cid, 0)]
+
+
+WORDS = st.sampled_from(["ant", "bee", "cat", "dog", "eel", "fig"])
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    docs=st.lists(st.lists(WORDS, min_size=1, max_size=5), min_size=1, max_size=8),
+    query=st.lists(WORDS, min_size=1, max_size=2),
+)
+async def test_search_finds_exactly_the_messages_holding_the_words(
+    store: Store, docs: list[list[str]], query: list[str]
+) -> None:
+    """Against a model: a message is found iff it holds every query word."""
+    cid = new_id()  # the store outlives examples: a fresh id each time
+    await store.write(cid, [{"role": "user", "content": " ".join(d)} for d in docs])
+    got = sorted(
+        h.position for h in await store.search(" ".join(query), conversation=cid, limit=100)
+    )
+    assert got == [i for i, d in enumerate(docs) if all(w in d for w in query)]
