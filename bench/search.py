@@ -385,14 +385,14 @@ def report(results: dict[str, dict[str, Any]], cfg: Config) -> str:
                 [
                     kind,
                     f"{m['vectors']:,} x {m['dim']}",
-                    f"{m['alone_us']:,.0f}",
+                    f"{m['alone_us'] / 1000:,.1f}",
                     f"{m['others']} x {m['vectors']:,}",
-                    f"{m['crowded_us']:,.0f}",
+                    f"{m['crowded_us'] / 1000:,.1f}",
                     f"{m['ratio']:.2f}x",
                     f"{m['update_s']:,.1f}",
                 ]
             )
-        out.append("Semantic search, index.search(q, conversation=c, k=5), exact: p50 latency, us")
+        out.append("Semantic search, index.search(q, conversation=c, k=5), exact: p50 latency, ms")
         headers = ["backend", "vectors in c", "c alone", "other vectors", "with others"]
         out.append(render_table([*headers, "ratio", "update of c, s"], rows))
         out.append("")

@@ -23,6 +23,7 @@ from ._models import Summary as Summary
 from ._models import WriteOutcome as WriteOutcome
 from ._search import Hit as Hit
 from ._search import indexed_text as indexed_text
+from ._semantic import SemanticIndex as SemanticIndex
 from ._store import Store as Store
 from .middleware import with_history as with_history
 from .window import WindowStore as WindowStore
@@ -40,6 +41,7 @@ __all__ = [
     "Message",
     "NotFound",
     "SchemaError",
+    "SemanticIndex",
     "Store",
     "Summary",
     "WindowStore",

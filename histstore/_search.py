@@ -52,11 +52,15 @@ def indexed_text(message: Message | Mapping[str, Any]) -> str | None:
       blocks) and Anthropic ``tool_result`` content.
 
     Never indexed: keys, roles, block types, ids, tool names, images, audio, files and
-    other binary data, reasoning items.
+    other binary data, reasoning items. A NUL in the text becomes a space (no database
+    text column holds one; it separates words either way).
     """
     d = message._dict() if isinstance(message, Message) else message
     parts = [p for p in _pieces(d) if p]
-    return "\n".join(parts) if parts else None
+    if not parts:
+        return None
+    text = "\n".join(parts)
+    return text.replace("\x00", " ") if "\x00" in text else text
 
 
 def _pieces(d: Mapping[str, Any]) -> Iterator[str]:

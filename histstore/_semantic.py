@@ -88,7 +88,6 @@ class SemanticIndex:
         self._ctx: Context = store._ctx
         self._embed = embed
         self._model = validate_id(model, what="model")
-        self._approximate = approximate
         self._checked = not approximate
         self._vector_index: str | None = None
         self._sql = _Statements(self._ctx)
@@ -290,7 +289,9 @@ class _Statements:
             select(*cols).where(*walk).order_by(m.c.conversation_id, m.c.position).limit(limit)
         )
         self.pending_one = compile_(select(*cols).where(*one).order_by(m.c.position).limit(limit))
-        # Stores a vector only while its message holds the text it was made from.
+        # Stores a vector only while its message holds the text it was made from. On
+        # Postgres the message row is locked (FOR KEY SHARE) so that a concurrent delete
+        # either comes first (nothing stored) or waits for this commit (and cascades).
         source = select(
             m.c.conversation_id,
             m.c.position,
@@ -303,6 +304,7 @@ class _Statements:
         )
         if scoped:
             source = source.where(owned(m.c.conversation_id))
+        source = source.with_for_update(read=True, key_share=True)
         self.insert = compile_(
             _dialects.insert(ctx.executor.dialect, v)
             .from_select(["conversation_id", "position", "model", "vector"], source)

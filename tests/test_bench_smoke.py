@@ -75,3 +75,21 @@ def test_quick_service_run_serves_both_variants_without_failures(tmp_path: Path)
         assert v["failures"] == {}
         assert v["answered"] == v["requests"]
         assert v["stored_ok"] is True
+
+
+def test_quick_search_run_times_both_stores_and_the_semantic_index(tmp_path: Path) -> None:
+    lines, doc = run_quick("search.py", tmp_path)
+    assert any(line.startswith("sqlite") and "rare word (5 hits)" in line for line in lines)
+    assert any(line.startswith("sqlite") and "index maintained" in line for line in lines)
+    assert any(line.startswith("sqlite") and "common word" in line for line in lines)
+    assert any(line.startswith("sqlite: loaded 3,000 messages") for line in lines)
+    assert any(line.startswith("sqlite") and "300 x 384" in line for line in lines)
+    assert not any(line.startswith("postgres") for line in lines)
+    result = doc["results"]["sqlite"]
+    text = result["text"]
+    assert (text["small"]["messages"], text["large"]["messages"]) == (1000, 3000)
+    for store in (text["small"], text["large"]):
+        assert store["rare"]["samples"] >= 5
+        assert store["common"]["p50_us"] > 0
+    assert result["semantic"]["vectors"] == 300
+    assert result["semantic"]["alone_us"] > 0

@@ -41,6 +41,11 @@ async def fill(store: Store, c: str) -> None:
     await store.add_summary(c, Summary(0, 2, "secret summary"))
     await store.merge_metadata(c, {"topic": "tests", "n": 1})
     await store.list_append(c, "events", [{"e": 1}, b"\x01raw"])
+    await histstore.SemanticIndex(store, _embed, model="m").update(c)
+
+
+async def _embed(texts: list[str]) -> list[list[float]]:
+    return [[1.0, float(len(t))] for t in texts]
 
 
 async def snapshot(store: Store, c: str) -> Any:
@@ -138,6 +143,8 @@ CASES: dict[str, tuple[Call, Any]] = {
     "list_load-unwritten": (lambda w: w.view.list_load(w.victim, "never"), MISSING),
     "list_len": (lambda w: w.view.list_len(w.victim, "events"), MISSING),
     "list_len-unwritten": (lambda w: w.view.list_len(w.victim, "never"), MISSING),
+    "search": (lambda w: w.view.search("secret"), []),
+    "search-conversation": (lambda w: w.view.search("secret", conversation=w.victim), []),
     "purge": (lambda w: w.view.purge(idle_for=timedelta(hours=1)), 0),
     "purge-all": (lambda w: w.view.purge(idle_for=timedelta(0)), 1),  # alice's own only
 }
@@ -145,7 +152,7 @@ CASES: dict[str, tuple[Call, Any]] = {
 PUBLIC_METHODS = {
     "read", "count", "write", "pop", "clear", "conversations", "exists", "load", "save",
     "fork", "add_summary", "summaries", "metadata", "merge_metadata", "list_append",
-    "list_load", "list_len", "purge", "system_messages", "status", "lease",
+    "list_load", "list_len", "purge", "system_messages", "status", "lease", "search",
 }  # fmt: skip
 
 

@@ -137,6 +137,7 @@ SHAPES: list[Any] = [
         id="anthropic-tool-result",
     ),
     pytest.param({"role": "assistant", "content": ""}, None, id="empty"),
+    pytest.param({"role": "user", "content": "a\x00b"}, "a b", id="nul"),
 ]
 
 

@@ -7,6 +7,7 @@ expected ranking can be computed here by brute force.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 import random
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 from helpers import new_id
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 
 import histstore
 from histstore import InvalidId, InvalidMessage, Message, _schema
@@ -166,6 +167,24 @@ async def test_message_changed_while_embedding_is_not_stored(store: Store) -> No
     assert embed.seen[-1] == "delta"
     (hit,) = await index.search("delta", k=1)
     assert (hit.position, hit.message.content) == (1, "delta")
+
+
+async def test_a_delete_under_way_wins_over_the_vector(shared_backend: Any) -> None:
+    """A message whose delete is not committed yet when its vector is stored: the
+    store waits for the delete, then stores nothing for it (and does not fail)."""
+    c = new_id()
+    async with shared_backend.connect() as store, shared_backend.connect() as other:
+        await store.write(c, says("apple", "banana"))
+        m = _schema.messages
+        async with other.engine.connect() as conn:
+            await conn.begin()
+            await conn.execute(delete(m).where(m.c.conversation_id == c, m.c.position == 1))
+            task = asyncio.create_task(SemanticIndex(store, Embedder(), model=MODEL).update())
+            await asyncio.sleep(0.5)
+            assert not task.done()  # it waits for the deleting transaction
+            await conn.commit()
+        assert await task == 1
+        assert [p for _, p, _ in await vectors(store)] == [0]
 
 
 async def test_concurrent_updater_wins_without_duplicates(store: Store) -> None:

@@ -90,7 +90,12 @@ async def fill(store: Store, c: str, *, user: str | None = None) -> Conversation
     await store.save(state)
     await store.list_append(c, "events", [{"e": 1}, b"\x00\xffraw", "two"])
     await store.list_append(c, "other", [1, 2, 3])
+    await histstore.SemanticIndex(store, _embed, model="fill").update(c)
     return await store.load(c)
+
+
+async def _embed(texts: list[str]) -> list[list[float]]:
+    return [[1.0, float(len(t))] for t in texts]
 
 
 def messages_of(state: ConversationState) -> list[tuple[int | None, datetime | None, Any]]:
@@ -830,4 +835,5 @@ def test_tables_are_covered() -> None:
         "histstore_metadata",
         "histstore_lists",
         "histstore_list_items",
+        "histstore_vectors",
     }
