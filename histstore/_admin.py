@@ -350,3 +350,18 @@ async def purge_candidates(store: Store, *, idle_for: timedelta) -> list[str]:
         return list((await conn.execute(stmt)).scalars())
 
     return await store._run(work, mode="read", action="list idle conversations")
+
+
+async def reindex(store: Store, *, batch: int = 2000) -> int:
+    """Recompute every message's indexed text (``histstore.indexed_text``) and so its
+    full-text index entry, ``batch`` messages per transaction; returns how many changed.
+
+    Needed only where the text could not be computed when the schema was made: after
+    applying ``histstore migrate --sql`` output to a database that already held
+    messages. Through a scoped view, only that user's conversations. Safe to run
+    while the store is in use, and to run again.
+
+    Raises:
+        TypeError, ValueError: ``batch`` is not a positive int.
+    """
+    return await store._search.reindex(batch)

@@ -71,6 +71,7 @@ def described(name: str | None, type_: str) -> bool:
         return not name.startswith(FTS_TABLE)
     return name != SEARCH_INDEX
 
+
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",

@@ -20,6 +20,7 @@ from sqlalchemy import (
     func,
     literal_column,
     select,
+    tuple_,
     update,
 )
 
@@ -365,3 +366,29 @@ class Statements:
         # ---------------------------------------------------------------- search
         # Keyed by whether the search names a conversation.
         self.search = {by: compile_(_dialects.search(dialect, scoped, by)) for by in (False, True)}
+        # Reindexing walks messages in key order, a page after (after_c, after_p).
+        page = (
+            select(_msg.c.conversation_id, _msg.c.position, _msg.c.data, _msg.c.search_text)
+            .where(
+                tuple_(_msg.c.conversation_id, _msg.c.position)
+                > tuple_(
+                    bindparam("after_c", type_=_msg.c.conversation_id.type),
+                    bindparam("after_p", type_=BigInteger),
+                )
+            )
+            .order_by(_msg.c.conversation_id, _msg.c.position)
+            .limit(bindparam("limit", type_=Integer))
+        )
+        if scoped:
+            page = page.where(
+                exists().where(_conv.c.id == _msg.c.conversation_id, _conv.c.owner == owner)
+            )
+        self.reindex_page = compile_(page)
+        self.set_search_text = compile_(
+            update(_msg)
+            .where(
+                _msg.c.conversation_id == bindparam("c_", type_=_msg.c.conversation_id.type),
+                _msg.c.position == bindparam("p_", type_=BigInteger),
+            )
+            .values(search_text=bindparam("t_", type_=_msg.c.search_text.type))
+        )

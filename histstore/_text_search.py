@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from . import _dialects, _rules
 from ._context import Context
+from ._drivers import EXECUTE_MANY, FETCH, Program
 from ._ids import validate_id
 from ._models import Message
-from ._search import Hit, parse_query
+from ._search import Hit, indexed_text, parse_query
 
 __all__ = ["TextSearch"]
 
@@ -41,3 +42,31 @@ class TextSearch:
             Hit(r[0], int(r[1]), Message._stored(r[2], int(r[1]), r[3], convert), float(r[4]))
             for r in rows
         ]
+
+    async def reindex(self, batch: int) -> int:
+        """Make every visible message's indexed text what ``indexed_text`` gives now,
+        ``batch`` messages per transaction; returns how many changed."""
+        if _rules.argument(batch, "batch", allow_none=False) == 0:
+            raise ValueError("batch must be positive")
+        ctx = self._ctx
+        sql = ctx.sql
+        changed = 0
+
+        def page(after: tuple[str, int]) -> Program[tuple[int, tuple[str, int] | None]]:
+            params = {"after_c": after[0], "after_p": after[1], "limit": batch, "owner": ctx.owner}
+            rows = yield FETCH, sql.reindex_page, params
+            updates = []
+            for cid, position, data, stored in rows:
+                text = indexed_text(Message._stored(data, None, None))
+                if text != stored:
+                    updates.append({"c_": cid, "p_": position, "t_": text})
+            if updates:
+                yield EXECUTE_MANY, sql.set_search_text, updates
+            last = (rows[-1][0], int(rows[-1][1])) if len(rows) == batch else None
+            return len(updates), last
+
+        after: tuple[str, int] | None = ("", -1)  # before every id (ids are not empty)
+        while after is not None:
+            n, after = await ctx.executor.write(page(after), action="reindex")
+            changed += n
+        return changed

@@ -27,6 +27,7 @@ from ._admin import count_conversations as count_conversations
 from ._admin import describe as describe
 from ._admin import list_conversations as list_conversations
 from ._admin import purge_candidates as purge_candidates
+from ._admin import reindex as reindex
 from ._admin import stats as stats
 from ._admin_schema import DatabaseLocation as DatabaseLocation
 from ._admin_schema import MigrationStatus as MigrationStatus
@@ -58,5 +59,6 @@ __all__ = [
     "migration_sql",
     "migration_status",
     "purge_candidates",
+    "reindex",
     "stats",
 ]

@@ -15,9 +15,11 @@ from faults import Faults
 from helpers import new_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import update
 
 import histstore
-from histstore import ConflictError, Hit, InvalidMessage, Message, Store, indexed_text
+import histstore.admin
+from histstore import ConflictError, Hit, InvalidMessage, Message, Store, _schema, indexed_text
 from histstore._export import copy_store, export_store, import_store
 from histstore._search import parse_query
 
@@ -426,3 +428,22 @@ async def test_search_finds_exactly_the_messages_holding_the_words(
         h.position for h in await store.search(" ".join(query), conversation=cid, limit=100)
     )
     assert got == [i for i, d in enumerate(docs) if all(w in d for w in query)]
+
+
+async def test_reindex_fills_text_the_schema_could_not(store: Store) -> None:
+    """As after ``migrate --sql`` on a database with messages: no indexed text yet."""
+    a, b = new_id("a"), new_id("b")
+    await store.scoped("alice").write(
+        a, [{"role": "user", "content": f"ibis {i}"} for i in range(5)]
+    )
+    await store.write(b, [{"role": "user", "content": "ibis"}, {"type": "reasoning"}])
+    async with store.engine.begin() as conn:
+        await conn.execute(update(_schema.messages).values(search_text=None))
+    assert await store.search("ibis") == []
+    assert await histstore.admin.reindex(store.scoped("alice"), batch=2) == 5
+    assert {h.conversation for h in await store.search("ibis", limit=100)} == {a}
+    assert await histstore.admin.reindex(store, batch=2) == 1
+    assert len(await store.search("ibis", limit=100)) == 6
+    assert await histstore.admin.reindex(store) == 0
+    with pytest.raises(ValueError, match="batch"):
+        await histstore.admin.reindex(store, batch=0)
