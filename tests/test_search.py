@@ -15,11 +15,20 @@ from faults import Faults
 from helpers import new_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import update
+from sqlalchemy import text, update
 
 import histstore
 import histstore.admin
-from histstore import ConflictError, Hit, InvalidMessage, Message, Store, _schema, indexed_text
+from histstore import (
+    ConflictError,
+    Hit,
+    InvalidMessage,
+    Message,
+    Store,
+    _dialects,
+    _schema,
+    indexed_text,
+)
 from histstore._export import copy_store, export_store, import_store
 from histstore._search import parse_query
 
@@ -447,3 +456,29 @@ async def test_reindex_fills_text_the_schema_could_not(store: Store) -> None:
     assert await histstore.admin.reindex(store) == 0
     with pytest.raises(ValueError, match="batch"):
         await histstore.admin.reindex(store, batch=0)
+
+
+@pytest.mark.parametrize("by_conversation", [False, True])
+async def test_the_full_text_index_serves_the_search(
+    store: Store, cid: str, by_conversation: bool
+) -> None:
+    """The search statement is one the index answers: FTS5 drives it on SQLite; on
+    Postgres the statement's expression is the GIN index's (usable whenever the planner
+    wants it; with few rows it may prefer a scan, so scans are switched off here)."""
+    await store.write(cid, [{"role": "user", "content": f"word{i} common"} for i in range(50)])
+    async with store.engine.connect() as conn:
+        dialect = conn.dialect
+        q = _dialects.search_terms(dialect, ["word7"])
+        stmt = _dialects.search(dialect, False, by_conversation).params(q=q, limit=10, c=cid)
+        sql = str(stmt.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
+        if dialect.name == "postgresql":
+            await conn.execute(text("SET LOCAL enable_seqscan = off"))
+            plan = "\n".join(r[0] for r in await conn.execute(text("EXPLAIN " + sql)))
+            assert "Seq Scan on histstore_messages" not in plan, plan
+            if not by_conversation:  # (one conversation may go by its key instead)
+                assert "ix_histstore_messages_search" in plan, plan
+        else:
+            rows = await conn.execute(text("EXPLAIN QUERY PLAN " + sql))
+            plan = "\n".join(r[3] for r in rows)
+            assert "SCAN histstore_messages_fts VIRTUAL TABLE INDEX" in plan, plan
+            assert "SCAN histstore_messages " not in plan + " ", plan
