@@ -35,7 +35,8 @@ database whose schema ``histstore.connect(url, migrate=True)`` created:
   CTEs upsert the conversation's length, record the batch and insert the messages from
   arrays with ``unnest``; asyncpg, a pool of as many connections as tasks (1 or 16), one
   ``acquire`` per turn, with the per-release reset query turned off.
-* Messages are encoded with ``json.dumps``.
+* Messages are encoded with ``json.dumps``; each message's searchable text (its string
+  content) goes in ``search_text``, so the raw side keeps the full-text index too.
 
 histstore is used as a user would: ``histstore.connect(url)`` with default options, one
 store shared by all tasks, ``store.read(c, limit=20)`` and ``store.write(c, [dict, dict])``.
@@ -94,8 +95,8 @@ UPSERT_SQL = (
 )
 INSERT_MESSAGE_SQL = (
     "INSERT INTO histstore_messages"
-    " (conversation_id, position, role, data, token_count, created_at)"
-    " VALUES ($1, $2, $3, $4, NULL, $5)"
+    " (conversation_id, position, role, data, token_count, created_at, search_text)"
+    " VALUES ($1, $2, $3, $4, NULL, $5, $6)"
 )
 INSERT_WRITE_SQL = (
     'INSERT INTO histstore_writes (conversation_id, "key", position, count, digest, created_at)'
@@ -108,9 +109,10 @@ APPEND_ONE_SQL = (
     " recorded AS (INSERT INTO histstore_writes (conversation_id, key, position, count,"
     " digest, created_at) SELECT $1, $4, grown.length - $2, $2, $5, $3 FROM grown"
     " RETURNING position)"
-    " INSERT INTO histstore_messages (conversation_id, position, role, data, created_at)"
-    " SELECT $1, recorded.position + t.ord - 1, t.role, t.data, $3 FROM recorded,"
-    " unnest($6::text[], $7::text[]) WITH ORDINALITY AS t(role, data, ord)"
+    " INSERT INTO histstore_messages (conversation_id, position, role, data, created_at,"
+    " search_text) SELECT $1, recorded.position + t.ord - 1, t.role, t.data, $3, t.search"
+    " FROM recorded, unnest($6::text[], $7::text[], $8::text[])"
+    " WITH ORDINALITY AS t(role, data, search, ord)"
 )
 INSERT_CONVERSATION_SQL = (
     "INSERT INTO histstore_conversations (id, owner, length, created_at, updated_at)"
@@ -230,7 +232,7 @@ class RawSqlite:
                 length = (await conn.execute_fetchall(self.upsert_sql, (cid, n, now)))[0][0]
                 first = length - n
                 rows = [
-                    (cid, first + i, m["role"], t, now)
+                    (cid, first + i, m["role"], t, now, m["content"])
                     for i, (m, t) in enumerate(zip(batch, texts, strict=True))
                 ]
                 await conn.executemany(self.message_sql, rows)
@@ -304,6 +306,7 @@ class RawPostgres:
                 batch_digest(texts),
                 [m["role"] for m in batch],
                 texts,
+                [m["content"] for m in batch],
             )
 
     async def length(self, cid: str) -> int:
@@ -459,7 +462,7 @@ async def bench_turns(
 async def fill_sqlite(path: str, cid: str, n: int, messages: list[dict[str, Any]]) -> None:
     import aiosqlite
 
-    texts = [(m["role"], encode(m)) for m in messages]
+    texts = [(m["role"], encode(m), m["content"]) for m in messages]
     now = sqlite_timestamp(datetime.now(timezone.utc))
     async with aiosqlite.connect(path, isolation_level=None) as conn:
         await conn.execute("BEGIN IMMEDIATE")
@@ -467,7 +470,10 @@ async def fill_sqlite(path: str, cid: str, n: int, messages: list[dict[str, Any]
         sql = qmark(INSERT_MESSAGE_SQL)
         chunk = 20_000
         for lo in range(0, n, chunk):
-            rows = [(cid, p, *texts[p % len(texts)], now) for p in range(lo, min(n, lo + chunk))]
+            rows = [
+                (cid, p, *texts[p % len(texts)][:2], now, texts[p % len(texts)][2])
+                for p in range(lo, min(n, lo + chunk))
+            ]
             await conn.executemany(sql, rows)
         await conn.execute("COMMIT")
         await conn.execute("ANALYZE")
@@ -476,7 +482,7 @@ async def fill_sqlite(path: str, cid: str, n: int, messages: list[dict[str, Any]
 async def fill_postgres(url: str, cid: str, n: int, messages: list[dict[str, Any]]) -> None:
     import asyncpg
 
-    texts = [(m["role"], encode(m)) for m in messages]
+    texts = [(m["role"], encode(m), m["content"]) for m in messages]
     now = datetime.now(timezone.utc)
     conn = await asyncpg.connect(**asyncpg_kwargs(url))
     try:
@@ -484,8 +490,18 @@ async def fill_postgres(url: str, cid: str, n: int, messages: list[dict[str, Any
             await conn.execute(INSERT_CONVERSATION_SQL, cid, n, now)
             await conn.copy_records_to_table(
                 "histstore_messages",
-                columns=["conversation_id", "position", "role", "data", "created_at"],
-                records=((cid, p, *texts[p % len(texts)], now) for p in range(n)),
+                columns=[
+                    "conversation_id",
+                    "position",
+                    "role",
+                    "data",
+                    "created_at",
+                    "search_text",
+                ],
+                records=(
+                    (cid, p, *texts[p % len(texts)][:2], now, texts[p % len(texts)][2])
+                    for p in range(n)
+                ),
             )
         await conn.execute("ANALYZE histstore_messages")
     finally:
