@@ -3,7 +3,7 @@
 Adds ``histstore_messages.search_text`` and fills it for the messages already stored,
 in batches (``histstore._search.indexed_text`` decides what it holds); then the
 full-text index (SQLite: an external-content FTS5 table kept by triggers; Postgres: a
-GIN index on ``to_tsvector('simple', search_text)``) and ``histstore_vectors``, whose
+generated ``search_vector = to_tsvector('simple', search_text)`` with a GIN index) and ``histstore_vectors``, whose
 rows go with their message (Postgres: a cascading foreign key; SQLite: a trigger).
 
 Revision ID: b7d4e2a91c30
@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects.postgresql import TSVECTOR
 
 from histstore._search import indexed_text
 
@@ -114,11 +115,24 @@ def upgrade() -> None:
         ["model", "conversation_id", "position"],
     )
     if op.get_context().dialect.name == "postgresql":
+        # Stored, so ranking reads each match's vector instead of parsing its text again.
+        op.add_column(
+            "histstore_messages",
+            sa.Column(
+                "search_vector",
+                TSVECTOR(),
+                sa.Computed("to_tsvector('simple'::regconfig, search_text)", persisted=True),
+            ),
+            schema=_schema(),
+        )
+        # A small pending list: writes still batch their index entries, and a search
+        # never has more than 256 kB of them to scan outside the index proper.
         op.create_index(
             "ix_histstore_messages_search",
             "histstore_messages",
-            [sa.text("to_tsvector('simple'::regconfig, search_text)")],
+            ["search_vector"],
             postgresql_using="gin",
+            postgresql_with={"gin_pending_list_limit": 256},
         )
     else:
         for statement in _SQLITE_UP:
@@ -168,6 +182,7 @@ def downgrade() -> None:
         op.drop_index(
             "ix_histstore_messages_search", table_name="histstore_messages", schema=_schema()
         )
+        op.drop_column("histstore_messages", "search_vector", schema=_schema())
     else:
         for statement in _SQLITE_DOWN:
             op.execute(statement)
