@@ -93,3 +93,13 @@ def test_quick_search_run_times_both_stores_and_the_semantic_index(tmp_path: Pat
         assert store["common"]["p50_us"] > 0
     assert result["semantic"]["vectors"] == 300
     assert result["semantic"]["alone_us"] > 0
+
+
+def test_quick_search_turns_run_compares_with_and_without_the_index(tmp_path: Path) -> None:
+    lines, doc = run_quick("search_turns.py", tmp_path)
+    assert any(line.startswith("sqlite") and "sequential" in line for line in lines)
+    assert any(line.startswith("sqlite") and "16 tasks" in line for line in lines)
+    result = doc["results"]["sqlite"]
+    for tasks in ("1", "16"):
+        assert result[tasks]["indexed"] > 0
+        assert result[tasks]["bare"] > 0
