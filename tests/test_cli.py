@@ -20,9 +20,10 @@ from uuid import uuid4
 
 import pytest
 from helpers import PYTHON, empty_pg_database, new_id, subprocess_env
+from sqlalchemy import update
 
 import histstore
-from histstore import ConversationState, Message, Summary, turns
+from histstore import ConversationState, Message, Summary, _schema, turns
 from histstore.cli import parse_duration
 
 
@@ -951,3 +952,17 @@ def test_search_snippet_window() -> None:
     assert none.endswith("...")
     assert spans == []
     assert query_pattern('" " ...') is None
+
+
+async def test_reindex_fills_the_search_text(shared_backend: Any) -> None:
+    url = shared_backend.url
+    a, _b, _c = await seed_search(url)
+    async with histstore.connect(url) as store, store.engine.begin() as conn:
+        await conn.execute(update(_schema.messages).values(search_text=None))
+    assert printed_hits((await ok("search", "paris", "--url", url)).out) == {}
+    mine = await ok("reindex", "--user", "alice", "--url", url)
+    assert mine.out.strip() == "reindexed 4 messages"  # alice's: the messages of a
+    assert {c for c, _ in printed_hits((await ok("search", "paris", "--url", url)).out)} == {a}
+    rest = await ok("reindex", "--url", url)
+    assert rest.out.strip() == "reindexed 3 messages"  # bob's two, and c
+    assert len(printed_hits((await ok("search", "paris", "--url", url)).out)) == 5

@@ -211,6 +211,13 @@ async def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_reindex(args: argparse.Namespace) -> int:
+    async with open_store(args.url, schema=args.schema) as store:
+        n = await admin.reindex(store.scoped(args.user) if args.user else store)
+    print(f"reindexed {n:,} messages")
+    return 0
+
+
 async def cmd_stats(args: argparse.Namespace) -> int:
     where = admin.locate(args.url)
     async with open_store(args.url, schema=args.schema) as store:

@@ -196,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="mark the matches (auto: when stdout is a terminal and NO_COLOR is unset)",
     )
 
+    p = command("reindex", c.cmd_reindex, "recompute every message's search text and index")
+    user_option(p, "only this user's conversations")
+
     p = command("stats", c.cmd_stats, "summarize what the database holds")
     user_option(p, "only this user's conversations")
     p.add_argument("--json", action="store_true", help="as one JSON object")
