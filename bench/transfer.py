@@ -16,7 +16,8 @@ database at the newest schema, it times:
 * import: ``_export.import_store(destination, file)``, what ``histstore import`` runs,
   on a file ``histstore export`` wrote (every message parsed and validated);
 * raw: the destination's driver alone (aiosqlite or asyncpg) inserting the same
-  conversation and message rows, already in memory, in the same batches: an
+  conversation and message rows (each with its search text, so the full-text index is
+  kept on both sides), already in memory, in the same batches: an
   ``executemany`` per ``B`` message rows, one transaction per ``B`` rows (SQLite:
   ``BEGIN IMMEDIATE``, WAL, ``synchronous=FULL`` as histstore's default).
 
@@ -51,7 +52,7 @@ from _common import (
 import histstore
 from histstore import _export, _schema
 
-Row = tuple[str, int, str, str, None, datetime]
+Row = tuple[str, int, str, str, None, datetime, str]  # ..., created_at, search text
 
 
 async def make_source(path: Path, conversations: int, messages: int) -> list[Row]:
@@ -72,6 +73,7 @@ async def make_source(path: Path, conversations: int, messages: int) -> list[Row
             encode(pool[(c + i) % len(pool)]),
             None,
             now,
+            pool[(c + i) % len(pool)]["content"],
         )
         for c in range(conversations)
         for i in range(messages)
@@ -96,7 +98,7 @@ async def raw_sqlite(path: Path, rows: list[Row], batch: int) -> None:
             )
             await db.executemany(
                 "INSERT INTO histstore_messages (conversation_id, position, role, data,"
-                " token_count, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                " token_count, created_at, search_text) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 msgs,
             )
             await db.execute("COMMIT")
@@ -121,7 +123,7 @@ async def raw_postgres(url: str, rows: list[Row], batch: int) -> None:
                 )
                 await conn.executemany(
                     "INSERT INTO histstore_messages (conversation_id, position, role, data,"
-                    " token_count, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
+                    " token_count, created_at, search_text) VALUES ($1, $2, $3, $4, $5, $6, $7)",
                     msgs,
                 )
 
@@ -148,8 +150,8 @@ async def _batches(
         created = stamp(rows[i][5])
         convs.append((cid, j - i, created, created))
         for k in range(i, j):
-            cid_, pos, role, data, tokens, at = rows[k]
-            msgs.append((cid_, pos, role, data, tokens, stamp(at)))
+            cid_, pos, role, data, tokens, at, search = rows[k]
+            msgs.append((cid_, pos, role, data, tokens, stamp(at), search))
             if len(msgs) >= batch and j - k > 1:
                 await flush(convs, msgs)  # a long conversation: more than one insert
                 convs, msgs = [], []
