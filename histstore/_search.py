@@ -56,6 +56,11 @@ def indexed_text(message: Message | Mapping[str, Any]) -> str | None:
     text column holds one; it separates words either way).
     """
     d = message._dict() if isinstance(message, Message) else message
+    if type(d) is not dict:  # JSON objects are dicts from here on
+        d = dict(d)
+    content = d.get("content")
+    if type(content) is str and len(d) == 2 and "role" in d:  # the commonest shape
+        return (content.replace("\x00", " ") if "\x00" in content else content) or None
     parts = [p for p in _pieces(d) if p]
     if not parts:
         return None
@@ -63,17 +68,17 @@ def indexed_text(message: Message | Mapping[str, Any]) -> str | None:
     return text.replace("\x00", " ") if "\x00" in text else text
 
 
-def _pieces(d: Mapping[str, Any]) -> Iterator[str]:
+def _pieces(d: dict[str, Any]) -> Iterator[str]:
     kind = d.get("type")
     yield from _content(d.get("content"))
     calls = d.get("tool_calls")
     if isinstance(calls, list):
         for call in calls:
-            fn = call.get("function") if isinstance(call, Mapping) else None
-            if isinstance(fn, Mapping):
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
                 yield from _arguments(fn.get("arguments"))
     legacy = d.get("function_call")
-    if isinstance(legacy, Mapping):
+    if isinstance(legacy, dict):
         yield from _arguments(legacy.get("arguments"))
     if kind in _CALLS:
         yield from _arguments(d.get("arguments"))
@@ -90,11 +95,11 @@ def _content(value: Any) -> Iterator[str]:
         for block in value:
             if isinstance(block, str):
                 yield block
-            elif isinstance(block, Mapping):
+            elif isinstance(block, dict):
                 yield from _block(block)
 
 
-def _block(block: Mapping[str, Any]) -> Iterator[str]:
+def _block(block: dict[str, Any]) -> Iterator[str]:
     kind = block.get("type")
     if kind in TEXT_BLOCKS:
         text = block.get("text")
@@ -133,7 +138,7 @@ def _values(value: Any) -> Iterator[str]:
             continue
         elif isinstance(v, (int, float)):
             yield str(v)
-        elif isinstance(v, Mapping):
+        elif isinstance(v, dict):
             stack.extend(reversed(list(v.values())))
         elif isinstance(v, list):
             stack.extend(reversed(v))
