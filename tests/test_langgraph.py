@@ -9,6 +9,7 @@ import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -35,11 +36,11 @@ from langgraph.checkpoint.conformance.test_utils import (
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, interrupt
-from sqlalchemy import inspect, text
+from sqlalchemy import insert, inspect, text
 from sqlalchemy.engine import Connection
 
 import histstore
-from histstore import ConflictError, HistStoreError, InvalidId, InvalidMessage, NotFound
+from histstore import ConflictError, HistStoreError, InvalidId, InvalidMessage, NotFound, _schema
 from histstore._migrations import alembic_config
 from histstore.checkpoints import CheckpointStore
 from histstore.integrations.langgraph import HiststoreSaver
@@ -599,7 +600,23 @@ async def test_migration_upgrades_and_downgrades_a_database_holding_data(empty_u
     async with histstore.connect(empty_url, migrate=False) as store:
         await _alembic(store, "upgrade", "3066f0ac1a5e")
         assert not (await _tables(store)) & CHECKPOINT_TABLES
-        await store.write("conv", [{"role": "user", "content": "kept"}])
+        # Written as that revision's schema holds it (today's write path needs today's).
+        now = datetime.now(timezone.utc)
+        async with store.engine.begin() as conn:
+            await conn.execute(
+                insert(_schema.conversations).values(
+                    id="conv", owner=None, length=1, created_at=now, updated_at=now
+                )
+            )
+            await conn.execute(
+                insert(_schema.messages).values(
+                    conversation_id="conv",
+                    position=0,
+                    role="user",
+                    data='{"role": "user", "content": "kept"}',
+                    created_at=now,
+                )
+            )
         await store.merge_metadata("conv", {"k": 1})
 
         await _alembic(store, "upgrade", "head")
