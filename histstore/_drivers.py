@@ -21,7 +21,9 @@ is written once as such a program, and each driver runs it its own way:
 
 from __future__ import annotations
 
+import random
 import sqlite3
+import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -276,7 +278,7 @@ class _Aiosqlite(Driver):
         memo: Memo = {}
         running = _Running(program)
         if begin:
-            conn.execute(_Aiosqlite.begin_sql)
+            _take_write_lock(conn)
         try:
             for kind, stmt, params in running:
                 if kind == FETCH:
@@ -300,6 +302,42 @@ class _Aiosqlite(Driver):
                     conn.execute("ROLLBACK")
             raise
         return value  # type: ignore[return-value]
+
+
+_SQLITE_BUSY = 5
+_POLL_MAX = 0.004  # seconds between tries for the write lock, at most
+
+
+def _take_write_lock(conn: sqlite3.Connection) -> None:
+    """``BEGIN IMMEDIATE``, trying again every few milliseconds while another process
+    holds the database's write lock, until the connection's busy timeout has passed.
+
+    SQLite's own busy handler sleeps ever longer between tries (up to 100 ms), so a
+    writer of another process could sleep on long after the lock came free; polling
+    with a short, jittered pause hands the lock over within a few milliseconds. The
+    busy timeout is set back for the transaction's other statements. Runs on the
+    connection's own thread, where sleeping blocks nothing else.
+    """
+    patience = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+    if patience <= 0:
+        conn.execute("BEGIN IMMEDIATE")
+        return
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        deadline = time.monotonic() + patience / 1000
+        pause = 0.0005
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                busy = getattr(exc, "sqlite_errorcode", _SQLITE_BUSY) == _SQLITE_BUSY
+                if not busy or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause * random.uniform(0.5, 1.5))  # noqa: S311 (jitter, not secrets)
+            pause = min(pause * 2, _POLL_MAX)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {patience:d}")
 
 
 class _Asyncpg(Driver):

@@ -4,6 +4,9 @@ first come first served, instead of sleeping in SQLite's busy handler."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -64,4 +67,57 @@ async def test_a_write_cancelled_while_waiting_is_not_written(tmp_path: Path) ->
                 await task
         assert not await store.exists(c)
         await store.write(c, user_msgs(2))
+        assert await store.count(c) == 2
+
+
+def _hold_lock(path: Path, seconds: float, held: threading.Event) -> None:
+    """Another process's writer, as SQLite sees it: its own connection holds the
+    database's write lock for ``seconds``."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        held.set()
+        time.sleep(seconds)
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+async def _while_held(path: Path, seconds: float) -> threading.Thread:
+    held = threading.Event()
+    thread = threading.Thread(target=_hold_lock, args=(path, seconds, held))
+    thread.start()
+    await asyncio.to_thread(held.wait)
+    return thread
+
+
+async def test_a_writer_waits_for_another_process_then_writes(tmp_path: Path) -> None:
+    """Across processes the store polls for the lock (instead of SQLite's ever longer
+    sleeps) and writes once it comes free; the busy timeout still bounds the wait."""
+    path = tmp_path / "p.db"
+    async with histstore.connect(path, busy_timeout=5) as store:
+        c = new_id()
+        await store.write(c, user_msgs(1))
+        thread = await _while_held(path, 0.3)
+        assert await store.write(c, user_msgs(2)) == WriteOutcome(2, False, 3)
+        await asyncio.to_thread(thread.join)
+        assert await store.count(c) == 3
+
+
+async def test_waiting_longer_than_the_busy_timeout_for_another_process_fails(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "p.db"
+    async with histstore.connect(path, busy_timeout=1.0) as store:
+        c = new_id()
+        await store.write(c, user_msgs(1))
+        thread = await _while_held(path, 2.5)
+        with pytest.raises(WriteError, match="locked") as info:
+            await store.write(c, user_msgs(1))
+        assert info.value.outcome == WriteOutcome(0, False, None)
+        await asyncio.to_thread(thread.join)
+        # The connection's busy timeout is whole again: a short hold is waited out.
+        thread = await _while_held(path, 0.2)
+        assert await store.write(c, user_msgs(1)) == WriteOutcome(1, False, 2)
+        await asyncio.to_thread(thread.join)
         assert await store.count(c) == 2
