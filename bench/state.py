@@ -349,9 +349,19 @@ async def fill_conversations(kind: str, url: str, n: int) -> None:
     for i, c in enumerate(ids):
         for key, value in (("kind", "chat"), ("tenant", f"t{(i // 10) % 10}")):
             text = _codec.encode(value)[0]
-            rows.append((c, key, text, _codec.canonical_digest(value)))
-    rows.append((ids[n // 2], "tag", '"unique"', _codec.canonical_digest("unique")))
-    await fill.insert("histstore_metadata", ["conversation_id", "key", "value", "digest"], rows)
+            rows.append((c, key, _codec.key_digest(key), text, _codec.canonical_digest(value)))
+    rows.append(
+        (
+            ids[n // 2],
+            "tag",
+            _codec.key_digest("tag"),
+            '"unique"',
+            _codec.canonical_digest("unique"),
+        )
+    )
+    await fill.insert(
+        "histstore_metadata", ["conversation_id", "key", "key_digest", "value", "digest"], rows
+    )
     await fill.analyze()
     log(f"  filled {n:,} conversations and {len(rows):,} metadata entries")
 

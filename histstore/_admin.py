@@ -15,7 +15,7 @@ from typing import Any, Literal
 from sqlalchemy import Select, distinct, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from . import _migrations
+from . import _codec, _migrations
 from . import _schema as s
 from ._errors import NotFound
 from ._ids import validate_id
@@ -221,7 +221,7 @@ async def _details(store: Store, conn: AsyncConnection, ids: Sequence[str]) -> l
         summaries.update({cid: int(n) for cid, n in await conn.execute(counted)})
         keyed = select(md.conversation_id, md.key).where(md.conversation_id.in_(found))
         for cid, key in await conn.execute(keyed.order_by(md.conversation_id, md.key)):
-            keys.setdefault(cid, []).append(key)
+            keys.setdefault(cid, []).append(_codec.key_from_stored(key))
     return [
         ConversationInfo(
             id=r.id,
@@ -232,7 +232,8 @@ async def _details(store: Store, conn: AsyncConnection, ids: Sequence[str]) -> l
             updated_at=r.updated_at,
             lists=tuple(lists.get(r.id, ())),
             summaries=summaries.get(r.id, 0),
-            metadata_keys=tuple(keys.get(r.id, ())),
+            # Sorted as keys, not as their stored (escaped) forms.
+            metadata_keys=tuple(sorted(keys.get(r.id, ()))),
         )
         for cid in ids
         if (r := rows.get(cid)) is not None

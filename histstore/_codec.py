@@ -18,6 +18,7 @@ __all__ = [
     "digest",
     "encode",
     "encode_decoded",
+    "key_digest",
     "key_from_stored",
     "key_to_stored",
     "looks_large",
@@ -130,6 +131,7 @@ def check_text(value: object, *, what: str) -> str:
 # Metadata keys are any strings, NUL included, but sit in a text column: NUL and the
 # escape character itself are written as two-character escapes. Keys without either
 # (every key stored before keys could hold control characters) are stored unchanged.
+# A stored key has no length limit; the table is keyed and indexed by its digest.
 _ESCAPE, _ESCAPED_ESCAPE, _ESCAPED_NUL = "\x01", "\x01\x01", "\x01\x02"
 _UNESCAPE = re.compile("\x01(.)", re.DOTALL)
 
@@ -146,3 +148,10 @@ def key_from_stored(stored: str) -> str:
     if _ESCAPE not in stored:
         return stored
     return _UNESCAPE.sub(lambda m: _ESCAPE if m.group(1) == _ESCAPE else "\x00", stored)
+
+
+def key_digest(stored: str) -> str:
+    """The SHA-256 hex digest of a stored metadata key (its UTF-8 bytes): 64 characters
+    whatever the key's length, what the metadata table's primary key and filter index
+    hold in place of the key itself."""
+    return hashlib.sha256(stored.encode("utf-8")).hexdigest()

@@ -181,20 +181,26 @@ def metadata_filter(
     conds: list[ColumnElement[bool]] = []
     driver: tuple[Any, ColumnElement[bool]] | None = None
     for k, v in metadata.items():
-        key = _rules.metadata_key(k)
+        key = _rules.metadata_key_digest(k)
         if v is None:
-            conds.append(~exists().where(md.c.conversation_id == _conv.c.id, md.c.key == key))
+            conds.append(
+                ~exists().where(md.c.conversation_id == _conv.c.id, md.c.key_digest == key)
+            )
             continue
         _codec.encode(v, what="metadata value")
         digest = _codec.canonical_digest(v)
         if driver is None:
             md0 = md.alias("m0")
-            on = and_(md0.c.conversation_id == _conv.c.id, md0.c.key == key, md0.c.digest == digest)
+            on = and_(
+                md0.c.conversation_id == _conv.c.id,
+                md0.c.key_digest == key,
+                md0.c.digest == digest,
+            )
             driver = (md0, on)
             continue
         conds.append(
             exists().where(
-                md.c.key == key, md.c.digest == digest, md.c.conversation_id == _conv.c.id
+                md.c.key_digest == key, md.c.digest == digest, md.c.conversation_id == _conv.c.id
             )
         )
     return conds, driver

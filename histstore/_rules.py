@@ -27,6 +27,7 @@ __all__ = [
     "argument",
     "item",
     "metadata_key",
+    "metadata_key_digest",
     "metadata_rows",
     "position",
     "prepare_batch",
@@ -38,7 +39,6 @@ __all__ = [
 
 MAX_BIGINT = 2**63 - 1
 MAX_INT = 2**31 - 1
-MAX_KEY_LENGTH = 255
 
 
 def argument(value: object, name: str, *, allow_none: bool = True) -> int | None:
@@ -91,10 +91,10 @@ def role_key(role: str) -> str:
 
 
 def metadata_key(key: object) -> str:
-    """A metadata key's stored form; any string without lone surrogates is a key.
+    """A metadata key's stored form; any string without lone surrogates is a key, of
+    any length.
 
-    Raises ``InvalidMessage`` for a non-string, a lone surrogate, or a key whose stored
-    form is longer than 255 characters (the key column's size on every backend).
+    Raises ``InvalidMessage`` for a non-string or a lone surrogate.
     """
     if not isinstance(key, str):
         raise InvalidMessage(f"a metadata key must be a str, not {type(key).__name__}")
@@ -102,10 +102,13 @@ def metadata_key(key: object) -> str:
         _codec.check_text(key, what="a metadata key")
     else:
         _codec.check_text(key.replace("\x00", " "), what="a metadata key")
-    stored = _codec.key_to_stored(key)
-    if len(stored) > MAX_KEY_LENGTH:
-        raise InvalidMessage(f"a metadata key is longer than {MAX_KEY_LENGTH} characters")
-    return stored
+    return _codec.key_to_stored(key)
+
+
+def metadata_key_digest(key: object) -> str:
+    """What a metadata key is looked up by (the table's primary key and filter index
+    hold it): the digest of its stored form. The same checks as ``metadata_key``."""
+    return _codec.key_digest(metadata_key(key))
 
 
 def metadata_rows(conversation: str, values: Mapping[Any, Any]) -> list[dict[str, Any]]:
@@ -118,6 +121,7 @@ def metadata_rows(conversation: str, values: Mapping[Any, Any]) -> list[dict[str
             {
                 "conversation_id": conversation,
                 "key": stored,
+                "key_digest": _codec.key_digest(stored),
                 "value": text,
                 "digest": _codec.canonical_digest(copy),
             }

@@ -184,16 +184,21 @@ summaries = Table(
     PrimaryKeyConstraint("conversation_id", "seq"),
 )
 
+# Metadata keys have no length limit, so the table is keyed by a digest of the key
+# rather than the key (which an index could not hold past a few kilobytes); ``key``
+# keeps the whole stored key (``_codec.key_to_stored``), sorting by code point.
 metadata_entries = Table(
     "histstore_metadata",
     metadata,
     Column("conversation_id", ID, nullable=False),
-    Column("key", ID, nullable=False),
+    Column("key", Text().with_variant(Text(collation="C"), "postgresql"), nullable=False),
+    # SHA-256 of the stored key (``_codec.key_digest``): what every lookup by key uses.
+    Column("key_digest", String(64), nullable=False),
     Column("value", Text, nullable=False),
     # SHA-256 of the value's canonical JSON: what metadata filters compare, by index.
     Column("digest", String(64), nullable=False),
-    PrimaryKeyConstraint("conversation_id", "key"),
-    Index(None, "key", "digest", "conversation_id"),
+    PrimaryKeyConstraint("conversation_id", "key_digest"),
+    Index(None, "key_digest", "digest", "conversation_id"),
 )
 
 lists = Table(

@@ -258,7 +258,7 @@ class State:
         sets = _rules.metadata_rows(
             conversation, {k: v for k, v in updates.items() if v is not None}
         )
-        removals = [_rules.metadata_key(k) for k, v in updates.items() if v is None]
+        removals = [_rules.metadata_key_digest(k) for k, v in updates.items() if v is None]
         ctx = self._ctx
 
         def program() -> Program[bool]:
@@ -266,7 +266,7 @@ class State:
             if sets:
                 yield EXECUTE_MANY, ctx.sql.set_metadata, sets
             if removals:
-                gone = [{"c": conversation, "key": key} for key in removals]
+                gone = [{"c": conversation, "key_digest": d} for d in removals]
                 yield EXECUTE_MANY, ctx.sql.delete_metadata, gone
             return True
 

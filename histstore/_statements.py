@@ -235,12 +235,16 @@ class Statements:
         md_ins = _dialects.insert(dialect, md)
         self.set_metadata = compile_(
             md_ins.on_conflict_do_update(
-                index_elements=[md.c.conversation_id, md.c.key],
+                index_elements=[md.c.conversation_id, md.c.key_digest],
                 set_={"value": md_ins.excluded.value, "digest": md_ins.excluded.digest},
             )
         )
+        # By the key's digest (``_rules.metadata_key_digest``), as every lookup by key.
         self.delete_metadata = compile_(
-            delete(md).where(md.c.conversation_id == conv_id, md.c.key == bindparam("key"))
+            delete(md).where(
+                md.c.conversation_id == conv_id,
+                md.c.key_digest == bindparam("key_digest", type_=md.c.key_digest.type),
+            )
         )
         self.insert_metadata = compile_(md.insert())
         # A conversation's metadata in one statement: no row when it is unknown (or not
