@@ -40,7 +40,15 @@ from sqlalchemy import insert, inspect, text
 from sqlalchemy.engine import Connection
 
 import histstore
-from histstore import ConflictError, HistStoreError, InvalidId, InvalidMessage, NotFound, _schema
+from histstore import (
+    ConflictError,
+    HistStoreError,
+    InvalidId,
+    InvalidMessage,
+    NotFound,
+    _codec,
+    _schema,
+)
 from histstore._migrations import alembic_config
 from histstore.checkpoints import CheckpointStore
 from histstore.integrations.langgraph import HiststoreSaver
@@ -617,7 +625,13 @@ async def test_migration_upgrades_and_downgrades_a_database_holding_data(empty_u
                     created_at=now,
                 )
             )
-        await store.merge_metadata("conv", {"k": 1})
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_metadata (conversation_id, key, value, digest)"
+                    " VALUES ('conv', 'k', '1', :digest)"
+                ),
+                {"digest": _codec.canonical_digest(1)},
+            )
 
         await _alembic(store, "upgrade", "head")
         assert await _tables(store) >= CHECKPOINT_TABLES
