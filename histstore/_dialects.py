@@ -246,9 +246,9 @@ def search(dialect: Dialect, scoped: bool, by_conversation: bool) -> Select[Any]
 
     Parameters: ``q`` (``search_terms``' value), ``limit``, ``c`` when
     ``by_conversation``, ``owner`` when ``scoped``. Served by the full-text index: on
-    SQLite the FTS5 table ranked by bm25, on Postgres the GIN index on
-    ``to_tsvector('simple', search_text)`` ranked by ``ts_rank_cd`` (which parses each
-    match's text again); ties go by conversation and position.
+    SQLite the FTS5 table ranked by bm25, on Postgres the GIN index on the stored
+    ``search_vector`` (``to_tsvector('simple', search_text)``) ranked by
+    ``ts_rank_cd``; ties go by conversation and position.
     """
     msg, conv = s.messages, s.conversations
     if dialect.name == "postgresql":
@@ -267,7 +267,7 @@ def search(dialect: Dialect, scoped: bool, by_conversation: bool) -> Select[Any]
             .scalar_subquery()
         )
         query = select(cast(joined, postgresql.TSQUERY).label("q")).cte("query")
-        vector = func.to_tsvector(config, msg.c.search_text)  # the index's expression
+        vector = literal_column(f"{msg.name}.{s.SEARCH_VECTOR}", postgresql.TSVECTOR)
         score = func.ts_rank_cd(vector, query.c.q)
         stmt = select(
             msg.c.conversation_id, msg.c.position, msg.c.data, msg.c.created_at, score

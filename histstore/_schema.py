@@ -34,6 +34,7 @@ __all__ = [
     "CONVERSATION_TABLES",
     "FTS_TABLE",
     "SEARCH_INDEX",
+    "SEARCH_VECTOR",
     "VERSION_TABLE",
     "checkpoint_blobs",
     "checkpoint_channels",
@@ -58,18 +59,22 @@ VERSION_TABLE = "histstore_alembic_version"
 FTS_TABLE = "histstore_messages_fts"
 """SQLite's full-text index of ``messages.search_text`` (an FTS5 table; its shadow
 tables are named after it)."""
+SEARCH_VECTOR = "search_vector"
+"""Postgres's generated column ``to_tsvector('simple', search_text)`` of messages."""
 SEARCH_INDEX = "ix_histstore_messages_search"
-"""Postgres's full-text index: GIN on ``to_tsvector('simple', search_text)``."""
+"""Postgres's full-text index: GIN on ``search_vector``."""
 
 
 def described(name: str | None, type_: str) -> bool:
-    """Whether a histstore table or index is one this metadata describes: the full-text
-    index (an FTS5 table, or a GIN index on an expression) is made by its migration
-    alone, as it differs by database."""
+    """Whether a histstore table, column or index is one this metadata describes: the
+    full-text index (an FTS5 table; a tsvector column and its GIN index) is made by its
+    migration alone, as it differs by database."""
     if name is None:
         return True
     if type_ == "table":
         return not name.startswith(FTS_TABLE)
+    if type_ == "column":
+        return name != SEARCH_VECTOR
     if type_ == "index":
         return name != SEARCH_INDEX
     return True
@@ -142,9 +147,9 @@ messages = Table(
     Column("created_at", UTCDateTime, nullable=False),
     # What search finds the message by (``_search.indexed_text``), NULL when it has no
     # text. The full-text index covers it: on SQLite the FTS5 table
-    # ``histstore_messages_fts`` (external content, kept by triggers), on Postgres a
-    # GIN index on ``to_tsvector('simple', search_text)``. Neither is described here:
-    # both are the migration's (``_dialects`` holds the queries that use them).
+    # ``histstore_messages_fts`` (external content, kept by triggers), on Postgres the
+    # generated column ``search_vector`` and a GIN index on it. Neither is described
+    # here: both are the migration's (``_dialects`` holds the queries that use them).
     Column("search_text", Text, nullable=True),
     PrimaryKeyConstraint("conversation_id", "position"),
     # System messages are found without reading the history (WindowStore merges them).
