@@ -331,7 +331,10 @@ def _take_write_lock(conn: sqlite3.Connection) -> None:
                 conn.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:
-                busy = getattr(exc, "sqlite_errorcode", _SQLITE_BUSY) == _SQLITE_BUSY
+                # SQLITE_BUSY or an extended code of it (its low byte); Python 3.10 has
+                # no codes on its exceptions, only SQLite's message.
+                code = getattr(exc, "sqlite_errorcode", None)
+                busy = "locked" in str(exc) if code is None else code & 0xFF == _SQLITE_BUSY
                 if not busy or time.monotonic() >= deadline:
                     raise
             time.sleep(pause * random.uniform(0.5, 1.5))  # noqa: S311 (jitter, not secrets)
