@@ -57,6 +57,15 @@ def argument(value: object, name: str, *, allow_none: bool = True) -> int | None
     return value
 
 
+def positive(value: object, name: str) -> int:
+    """A positive int argument (``batch``, ``k`` ...); ``TypeError`` or ``ValueError``
+    otherwise, as ``argument``."""
+    number = argument(value, name, allow_none=False)
+    if not number:
+        raise ValueError(f"{name} must be positive")
+    return number
+
+
 def _int(value: object, what: str, top: int, top_text: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= top:
         raise InvalidMessage(f"{what} must be an int from 0 to {top_text}")

@@ -60,12 +60,12 @@ def indexed_text(message: Message | Mapping[str, Any]) -> str | None:
         d = dict(d)
     content = d.get("content")
     if type(content) is str and len(d) == 2 and "role" in d:  # the commonest shape
-        return (content.replace("\x00", " ") if "\x00" in content else content) or None
-    parts = [p for p in _pieces(d) if p]
-    if not parts:
-        return None
-    text = "\n".join(parts)
-    return text.replace("\x00", " ") if "\x00" in text else text
+        text = content
+    else:
+        text = "\n".join(p for p in _pieces(d) if p)
+    if "\x00" in text:
+        text = text.replace("\x00", " ")
+    return text or None
 
 
 def _pieces(d: dict[str, Any]) -> Iterator[str]:

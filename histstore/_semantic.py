@@ -122,7 +122,7 @@ class SemanticIndex:
         """
         if conversation is not None:
             validate_id(conversation)
-        size = _positive(batch, "batch")
+        size = _rules.positive(batch, "batch")
         await self._check_index()
         ctx, sql = self._ctx, self._sql
         if conversation is None:
@@ -171,7 +171,7 @@ class SemanticIndex:
         """
         if conversation is not None:
             validate_id(conversation)
-        top = _positive(k, "k")
+        top = _rules.positive(k, "k")
         if not isinstance(query, str) or not query.strip():
             raise InvalidMessage("a semantic query is a str with some text")
         self._ctx.executor.check()
@@ -317,13 +317,6 @@ class _Statements:
         if scoped:
             drop = drop.where(owned(c))
         self.delete = compile_(drop)
-
-
-def _positive(value: object, name: str) -> int:
-    number = _rules.argument(value, name, allow_none=False)
-    if not number:
-        raise ValueError(f"{name} must be positive")
-    return number
 
 
 def _unit(values: object) -> array[float]:

@@ -46,8 +46,7 @@ class TextSearch:
     async def reindex(self, batch: int) -> int:
         """Make every visible message's indexed text what ``indexed_text`` gives now,
         ``batch`` messages per transaction; returns how many changed."""
-        if _rules.argument(batch, "batch", allow_none=False) == 0:
-            raise ValueError("batch must be positive")
+        _rules.positive(batch, "batch")
         ctx = self._ctx
         sql = ctx.sql
         changed = 0
