@@ -36,6 +36,8 @@ __all__ = [
     "SEARCH_INDEX",
     "SEARCH_VECTOR",
     "VERSION_TABLE",
+    "asides",
+    "changes",
     "checkpoint_blobs",
     "checkpoint_channels",
     "checkpoint_threads",
@@ -50,6 +52,7 @@ __all__ = [
     "metadata",
     "metadata_entries",
     "summaries",
+    "turns",
     "vectors",
     "writes",
 ]
@@ -128,6 +131,14 @@ conversations = Table(
     Column("length", BigInteger, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # Editable history (SPEC 11), changed only under the same lock: the number of change
+    # records, the next entry id and aside id handed out (ids are never given twice),
+    # and why the model's owed answer is left unasked for (NULL: not halted; a write,
+    # a pop or an edit reaching the end clears it).
+    Column("revision", BigInteger, nullable=False, server_default=text("0")),
+    Column("next_entry", BigInteger, nullable=False, server_default=text("1")),
+    Column("next_aside", BigInteger, nullable=False, server_default=text("1")),
+    Column("halted", Text, nullable=True),
     PrimaryKeyConstraint("id"),
     Index(None, "created_at", "id"),
     Index(None, "updated_at", "id"),
@@ -151,6 +162,10 @@ messages = Table(
     # generated column ``search_vector`` and a GIN index on it. Neither is described
     # here: both are the migration's (``_dialects`` holds the queries that use them).
     Column("search_text", Text, nullable=True),
+    # The entry's stable id in its conversation (SPEC 11) and who edited it in (NULL
+    # for what ``write`` stores). No index: reads go by position.
+    Column("entry_id", BigInteger, nullable=False),
+    Column("author", Text, nullable=True),
     PrimaryKeyConstraint("conversation_id", "position"),
     # System messages are found without reading the history (WindowStore merges them).
     Index(
@@ -159,6 +174,15 @@ messages = Table(
         "position",
         sqlite_where=text("role = 'system'"),
         postgresql_where=text("role = 'system'"),
+    ),
+    # Entries an editor made (a compaction's summary, a moderation edit) are found
+    # without reading the history; plain writes (author NULL) never touch this index.
+    Index(
+        "ix_histstore_messages_authored",
+        "conversation_id",
+        "position",
+        sqlite_where=text("author IS NOT NULL"),
+        postgresql_where=text("author IS NOT NULL"),
     ),
 )
 
@@ -173,7 +197,58 @@ writes = Table(
     Column("count", Integer, nullable=False),
     Column("digest", String(64), nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+    # A batch that stored something is also the conversation's change record at
+    # ``revision``: it appended its last ``appended`` messages at the end. The entries
+    # it added are not copied here; ``_change_log`` recovers them from the entries that
+    # followed. NULL for a batch that only confirmed messages already stored.
+    Column("revision", BigInteger, nullable=True),
+    Column("appended", Integer, nullable=True),
     PrimaryKeyConstraint("conversation_id", "key"),
+)
+
+# Every other change record (SPEC 11): edits, pops, saves, fork targets, imports.
+# ``record`` is the change's JSON (``_change_log.stored_record``): its parts with the
+# entries it removed in full and the entries it added only counted, as those are
+# recovered from what followed.
+changes = Table(
+    "histstore_changes",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("revision", BigInteger, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("author", Text, nullable=True),
+    Column("at", UTCDateTime, nullable=False),
+    Column("record", Text, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "revision"),
+)
+
+# A conversation's asides now: JSON values drawn after an entry (``after``; NULL: before
+# every entry); ``home`` is the entry it was put after, which it follows again when a
+# restore brings that entry back.
+asides = Table(
+    "histstore_asides",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("aside_id", BigInteger, nullable=False),
+    Column("after", BigInteger, nullable=True),
+    Column("home", BigInteger, nullable=True),
+    Column("value", Text, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "aside_id"),
+)
+
+# Turn records: a turn of model work from ``start`` (an entry id), how it ended and the
+# model's token usage (a JSON object with the four counts), NULL while open.
+turns = Table(
+    "histstore_turns",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("number", BigInteger, nullable=False),
+    Column("start", BigInteger, nullable=False),
+    Column("opened_at", UTCDateTime, nullable=False),
+    Column("end", Text, nullable=True),
+    Column("ended_at", UTCDateTime, nullable=True),
+    Column("usage", Text, nullable=True),
+    PrimaryKeyConstraint("conversation_id", "number"),
 )
 
 summaries = Table(
@@ -248,7 +323,18 @@ vectors = Table(
 )
 
 # Tables holding rows of a conversation, children first (clear deletes in this order).
-CONVERSATION_TABLES = (vectors, messages, writes, summaries, metadata_entries, list_items, lists)
+CONVERSATION_TABLES = (
+    vectors,
+    messages,
+    writes,
+    changes,
+    asides,
+    turns,
+    summaries,
+    metadata_entries,
+    list_items,
+    lists,
+)
 
 # Turn leases: who holds a conversation id for a turn, and until when. ``expires_at``
 # is seconds since the epoch by the database's clock (every holder, in any process,
