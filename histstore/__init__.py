@@ -6,7 +6,13 @@ and on PostgreSQL (asyncpg); Alembic migrations own the schema. Start with
 """
 
 from . import turns as turns
+from ._changes import Change as Change
 from ._connect import connect as connect
+from ._editable import Conversation as Conversation
+from ._entries import Aside as Aside
+from ._entries import Entry as Entry
+from ._entries import Spliced as Spliced
+from ._entries import TurnRecord as TurnRecord
 from ._errors import CommitError as CommitError
 from ._errors import ConflictError as ConflictError
 from ._errors import HistStoreError as HistStoreError
@@ -31,9 +37,13 @@ from .window import WindowStore as WindowStore
 __version__ = "0.1.0"
 
 __all__ = [
+    "Aside",
+    "Change",
     "CommitError",
     "ConflictError",
+    "Conversation",
     "ConversationState",
+    "Entry",
     "HistStoreError",
     "Hit",
     "InvalidId",
@@ -42,8 +52,10 @@ __all__ = [
     "NotFound",
     "SchemaError",
     "SemanticIndex",
+    "Spliced",
     "Store",
     "Summary",
+    "TurnRecord",
     "WindowStore",
     "WindowTooSmall",
     "WriteError",

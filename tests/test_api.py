@@ -29,6 +29,13 @@ SPEC_EXPORTS = {
     "SchemaError",
     "Hit",
     "SemanticIndex",
+    "Conversation",
+    "Entry",
+    "Spliced",
+    "Change",
+    "Aside",
+    "TurnRecord",
+    "compact",
 }
 # Beyond the SPEC's names: the one definition of what search indexes (SPEC 12 leaves
 # its name to us; the README documents it).
