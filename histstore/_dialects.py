@@ -124,15 +124,30 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
     mine: ColumnElement[bool] | None = (conv.c.owner == owner) if scoped else None
     grown = (
         postgresql.insert(conv)
-        .values(id=c, owner=owner, length=n, created_at=now, updated_at=now)
+        .values(
+            id=c,
+            owner=owner,
+            length=n,
+            revision=1,
+            next_entry=n + 1,
+            created_at=now,
+            updated_at=now,
+        )
         .on_conflict_do_update(
             index_elements=[conv.c.id],
-            set_={"length": conv.c.length + n, "updated_at": now},
+            set_={
+                "length": conv.c.length + n,
+                "revision": conv.c.revision + 1,
+                "next_entry": conv.c.next_entry + n,
+                "halted": None,
+                "updated_at": now,
+            },
             where=mine,
         )
-        .returning(conv.c.length)
+        .returning(conv.c.length, conv.c.revision, conv.c.next_entry)
         .cte("grown")
     )
+    # The batch's idempotency row is its change record (at the new revision).
     record = select(
         c,
         bindparam("key", type_=writes.c.key.type),
@@ -140,11 +155,23 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
         n,
         bindparam("digest", type_=writes.c.digest.type),
         now,
+        grown.c.revision,
+        n,
     )
     recorded = (
         writes.insert()
         .from_select(
-            ["conversation_id", "key", "position", "count", "digest", "created_at"], record
+            [
+                "conversation_id",
+                "key",
+                "position",
+                "count",
+                "digest",
+                "created_at",
+                "revision",
+                "appended",
+            ],
+            record,
         )
         .returning(writes.c.position)
         .cte("recorded")
@@ -167,9 +194,19 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
         rows.c.token_count,
         now,
         rows.c.search_text,
-    ).select_from(recorded.join(rows, literal_column("true")))
+        grown.c.next_entry - n + rows.c.ord - 1,
+    ).select_from(recorded.join(rows, literal_column("true")).join(grown, literal_column("true")))
     inserted = msg.insert().from_select(
-        ["conversation_id", "position", "role", "data", "token_count", "created_at", "search_text"],
+        [
+            "conversation_id",
+            "position",
+            "role",
+            "data",
+            "token_count",
+            "created_at",
+            "search_text",
+            "entry_id",
+        ],
         placed,
     )
     return select(grown.c.length).add_cte(recorded).add_cte(inserted.cte("inserted"))
@@ -206,8 +243,9 @@ def messages_from_arrays(dialect: Dialect) -> Any:
 
     One statement per batch instead of one per row (bulk import and copy). Parameters:
     ``c`` (the conversation), ``first`` (the first row's position; the rows take the
-    positions that follow in order) and the arrays ``roles``, ``datas``, ``tokens`` and
-    ``times`` (aware datetimes, already checked by ``_rules.time``), all of one length.
+    positions that follow in order) and the arrays ``roles``, ``datas``, ``tokens``,
+    ``times`` (aware datetimes, already checked by ``_rules.time``), ``texts``,
+    ``entry_ids`` and ``authors``, all of one length.
     """
     if dialect.name != "postgresql":
         return None
@@ -219,9 +257,18 @@ def messages_from_arrays(dialect: Dialect) -> Any:
             bindparam("tokens", type_=postgresql.ARRAY(Integer, dimensions=1)),
             bindparam("times", type_=postgresql.ARRAY(DateTime(timezone=True), dimensions=1)),
             bindparam("texts", type_=postgresql.ARRAY(Text, dimensions=1)),
+            bindparam("entry_ids", type_=postgresql.ARRAY(BigInteger, dimensions=1)),
+            bindparam("authors", type_=postgresql.ARRAY(Text, dimensions=1)),
         )
         .table_valued(
-            "role", "data", "token_count", "created_at", "search_text", with_ordinality="ord"
+            "role",
+            "data",
+            "token_count",
+            "created_at",
+            "search_text",
+            "entry_id",
+            "author",
+            with_ordinality="ord",
         )
         .render_derived()
     )
@@ -233,9 +280,21 @@ def messages_from_arrays(dialect: Dialect) -> Any:
         rows.c.token_count,
         rows.c.created_at,
         rows.c.search_text,
+        rows.c.entry_id,
+        rows.c.author,
     )
     return msg.insert().from_select(
-        ["conversation_id", "position", "role", "data", "token_count", "created_at", "search_text"],
+        [
+            "conversation_id",
+            "position",
+            "role",
+            "data",
+            "token_count",
+            "created_at",
+            "search_text",
+            "entry_id",
+            "author",
+        ],
         placed,
     )
 

@@ -160,6 +160,8 @@ class Driver:
     """Runs compiled statements and programs on one kind of driver connection."""
 
     begin_sql = "BEGIN"
+    snapshot_sql = "BEGIN"
+    """How a transaction of reads that must agree begins (see ``run``'s ``snapshot``)."""
 
     def __init__(self, dialect: Dialect, schema: str | None = None) -> None:
         self.dialect = dialect
@@ -198,16 +200,25 @@ class Driver:
         return bool(conn.in_transaction)
 
     async def run(
-        self, conn: Any, program: Program[T], phase: Phase, *, begin: bool, end: bool
+        self,
+        conn: Any,
+        program: Program[T],
+        phase: Phase,
+        *,
+        begin: bool,
+        end: bool,
+        snapshot: bool = False,
     ) -> T | Rollback[T]:
         """Run ``program``; with ``begin`` open the transaction first, with ``end`` commit
         it after (or roll it back for a ``Rollback``). On an exception the transaction
         is rolled back when the connection still answers, and the exception propagates.
+        With ``snapshot`` the transaction only reads, from one snapshot, taking no write
+        lock (``snapshot_sql``).
         """
         memo: Memo = {}
         running = _Running(program)
         if begin:
-            await self.execute_sql(conn, self.begin_sql)
+            await self.execute_sql(conn, self.snapshot_sql if snapshot else self.begin_sql)
         try:
             for kind, stmt, params in running:
                 if kind == FETCH:
@@ -260,24 +271,38 @@ class _Aiosqlite(Driver):
             await conn.execute(stmt.sql, stmt.args(params, memo))
 
     async def run(
-        self, conn: Any, program: Program[T], phase: Phase, *, begin: bool, end: bool
+        self,
+        conn: Any,
+        program: Program[T],
+        phase: Phase,
+        *,
+        begin: bool,
+        end: bool,
+        snapshot: bool = False,
     ) -> T | Rollback[T]:
         if not self.one_trip:
-            return await super().run(conn, program, phase, begin=begin, end=end)
+            return await super().run(conn, program, phase, begin=begin, end=end, snapshot=snapshot)
         # aiosqlite runs every call as a function on the connection's own thread; this
         # hands it the whole program as one such function (``_execute`` is the queue
         # every aiosqlite method uses; ``_conn`` the sqlite3 connection it owns).
         return await conn._execute(  # type: ignore[no-any-return]
-            self._run_on_thread, conn._conn, program, phase, begin, end
+            self._run_on_thread, conn._conn, program, phase, begin, end, snapshot
         )
 
     @staticmethod
     def _run_on_thread(
-        conn: sqlite3.Connection, program: Program[T], phase: Phase, begin: bool, end: bool
+        conn: sqlite3.Connection,
+        program: Program[T],
+        phase: Phase,
+        begin: bool,
+        end: bool,
+        snapshot: bool = False,
     ) -> T | Rollback[T]:
         memo: Memo = {}
         running = _Running(program)
-        if begin:
+        if begin and snapshot:
+            conn.execute("BEGIN")  # deferred: in WAL mode the first read fixes a snapshot
+        elif begin:
             _take_write_lock(conn)
         try:
             for kind, stmt, params in running:
@@ -344,6 +369,10 @@ def _take_write_lock(conn: sqlite3.Connection) -> None:
 
 
 class _Asyncpg(Driver):
+    # Every read sees the snapshot of the first; a read-only transaction never fails
+    # for serialization.
+    snapshot_sql = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
     async def fetch(
         self,
         conn: Any,

@@ -300,6 +300,26 @@ class Executor:
         async with self._writing(action, conversation):
             return await run_to_completion(run())
 
+    async def snapshot(
+        self, program: Program[T], *, action: str, conversation: str | None = None
+    ) -> T:
+        """Run ``program``, which only reads, in one snapshot transaction that takes no
+        write lock and is rolled back at its end; return its value."""
+        self.check()
+
+        async def run() -> T:
+            try:
+                async with self._connection() as conn:
+                    value = await self.driver.run(
+                        conn, _rolled_back(program), Phase(), begin=True, end=True, snapshot=True
+                    )
+            except DATABASE_ERRORS as exc:
+                raise failure(action, conversation, exc, "body") from exc
+            assert isinstance(value, Rollback)
+            return value.value
+
+        return await run_to_completion(run())
+
     @asynccontextmanager
     async def transaction(self, *, action: str) -> AsyncIterator[Transaction]:
         """A write transaction for several programs; committed when the block ends
@@ -362,3 +382,9 @@ class Executor:
             raise
         except DATABASE_ERRORS as exc:
             raise failure(action, None, exc, "body") from exc
+
+
+def _rolled_back(program: Program[T]) -> Program[T]:
+    """``program``, ending its transaction with a rollback whatever it returns."""
+    value = yield from program
+    return value if isinstance(value, Rollback) else Rollback(value)

@@ -16,9 +16,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from . import _codec, _rules
+from ._change_log import encode
+from ._changes import Change
 from ._context import Context, not_found
 from ._dberrors import DatabaseFailure
 from ._drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback, Step
+from ._entries import Entry
 from ._errors import ConflictError, HistStoreError, InvalidMessage, WriteError
 from ._ids import validate_id
 from ._models import Message, MessageLike, WriteOutcome
@@ -78,9 +81,10 @@ class History:
         return self.messages(rows)
 
     def messages(self, rows: Iterable[Sequence[Any]]) -> list[Message]:
-        """Messages from ``(data, position, created_at)`` rows fetched by the driver."""
+        """Messages from ``(data, position, created_at, entry_id, author)`` rows fetched
+        by the driver."""
         convert = self._ctx.sql.created_at
-        return [Message._stored(r[0], r[1], r[2], convert) for r in rows]
+        return [Message._stored(r[0], r[1], r[2], convert, r[3], r[4]) for r in rows]
 
     async def count(self, conversation: str) -> int:
         validate_id(conversation)
@@ -141,7 +145,12 @@ class History:
         except HistStoreError as exc:
             exc.outcome = ZERO
             raise
-        single = at is None and not caller_key and self._ctx.sql.append_one is not None
+        single = (
+            at is None
+            and not caller_key
+            and bool(batch.messages)
+            and self._ctx.sql.append_one is not None
+        )
         if single:
             program = self._append_one(conversation, batch, key)
         else:
@@ -179,7 +188,7 @@ class History:
         ctx = self._ctx
         assert ctx.sql.append_one is not None
         n = len(batch.messages)
-        rows = batch.rows(conversation, 0, _now())
+        rows = batch.rows(conversation, 0, _now(), first_entry=1)
         params = ctx.params(
             conversation,
             n=n,
@@ -205,35 +214,38 @@ class History:
         n = len(batch.messages)
         now = _now()
         params = ctx.params(conversation, n=n, now=now)
-        if at is None:
+        rows: Any = None  # an empty batch changes nothing: no change record
+        if n and at is None:
             rows = yield FETCH, sql.append, params
             if not rows:  # only a view's foreign conversation refuses an append
                 raise not_found(conversation)
-        else:
+        elif n and at is not None:
             rows = yield FETCH, sql.append_at, {**params, "at": at, "new_length": at + n}
         if rows:
-            length = int(rows[0][0])
-            record = self._record(conversation, key, length - n, batch, now)
+            length, revision, next_entry = (int(v) for v in rows[0])
+            record = self._record(conversation, key, length - n, batch, now, revision, n)
             if caller_key and not (yield FETCH, sql.insert_write_once, record):
                 # The key is known: its batch decides, and this transaction is undone.
                 rows = yield FETCH, sql.find_write, {"c": conversation, "key": key}
                 return Rollback((yield from self._known(conversation, batch, rows[0], length - n)))
             if not caller_key:
                 yield EXECUTE, sql.insert_write, record
-            yield from self._insert(conversation, batch, length - n, 0, now)
+            yield from self._insert(conversation, batch, length - n, 0, now, next_entry - n)
             return WriteOutcome(n, False, length)
 
-        # ``at`` is not the length: lock the row (creating the conversation when it is
-        # new, which a conflict below undoes), then confirm what is stored already.
+        # ``at`` is not the length (or the batch is empty): lock the row (creating the
+        # conversation when it is new, which a conflict below undoes), then confirm
+        # what is stored already.
         rows = yield FETCH, sql.touch, params
         if not rows:
             raise not_found(conversation)
-        length = int(rows[0][0])
+        length, revision, next_entry = (int(v) for v in rows[0])
+        if at is None:
+            at = length
         if caller_key:
             rows = yield FETCH, sql.find_write, {"c": conversation, "key": key}
             if rows:
                 return Rollback((yield from self._known(conversation, batch, rows[0], length)))
-        assert at is not None
         if at > length:
             raise ConflictError(
                 f"write to conversation {conversation!r} at {at} leaves a gap: it holds"
@@ -252,19 +264,30 @@ class History:
                         outcome=ZERO,
                     )
         appended = n - overlap
-        if appended == 0 and not caller_key:
+        if appended == 0 and not caller_key and n:
             return Rollback(WriteOutcome(n, False, length))  # all of it is stored
         if appended:
-            new_length = {"c": conversation, "length": length + appended, "now": now}
-            yield EXECUTE, sql.set_length, new_length
-        yield EXECUTE, sql.insert_write, self._record(conversation, key, at, batch, now)
-        yield from self._insert(conversation, batch, length, overlap, now)
+            grow = {"c": conversation, "length": length + appended, "n": appended, "now": now}
+            yield EXECUTE, sql.set_length, grow
+        # A batch that only confirms stored messages is no change record.
+        record = self._record(
+            conversation, key, at, batch, now, revision + 1 if appended else None, appended
+        )
+        yield EXECUTE, sql.insert_write, record
+        yield from self._insert(conversation, batch, length, overlap, now, next_entry)
         return WriteOutcome(n, False, length + appended)
 
     @staticmethod
     def _record(
-        conversation: str, key: str, first: int, batch: _rules.Batch, now: datetime
+        conversation: str,
+        key: str,
+        first: int,
+        batch: _rules.Batch,
+        now: datetime,
+        revision: int | None,
+        appended: int,
     ) -> dict[str, Any]:
+        """The batch's idempotency row; with a ``revision``, also its change record."""
         return {
             "conversation_id": conversation,
             "key": key,
@@ -272,12 +295,20 @@ class History:
             "count": len(batch.messages),
             "digest": batch.digest,
             "created_at": now,
+            "revision": revision,
+            "appended": appended if revision is not None else None,
         }
 
     def _insert(
-        self, conversation: str, batch: _rules.Batch, first: int, skip: int, now: datetime
+        self,
+        conversation: str,
+        batch: _rules.Batch,
+        first: int,
+        skip: int,
+        now: datetime,
+        first_entry: int,
     ) -> Generator[Step, Any, None]:
-        rows = batch.rows(conversation, first, now, skip)
+        rows = batch.rows(conversation, first, now, skip, first_entry=first_entry)
         if len(rows) == 1:
             yield EXECUTE, self._ctx.sql.insert_messages, rows[0]
         elif rows:
@@ -309,15 +340,47 @@ class History:
         ctx = self._ctx
 
         def program() -> Program[Message | None]:
-            sql = ctx.sql
-            rows = yield FETCH, sql.shorten, ctx.params(conversation, now=_now())
-            if not rows:
+            sql, edit = ctx.sql, ctx.sql.edit
+            head = yield FETCH, edit.lock, ctx.params(conversation)
+            if not head or not head[0][4]:
                 return None  # empty, unknown or not visible: nothing changed
-            rows = yield FETCH, sql.delete_message, {"c": conversation, "position": rows[0][0]}
+            revision, _next_entry, next_aside, halted, length = head[0]
+            position = int(length) - 1
+            c = {"c": conversation, "position": position}
+            rows = yield FETCH, sql.delete_message, c
             if not rows:
                 raise HistStoreError(f"conversation {conversation!r} is missing a message")
-            data, position, created_at = rows[0]
-            return Message._stored(data, position, created_at, sql.created_at)
+            data, _position, created_at, entry_id, author = rows[0]
+            moved: list[tuple[int, int, int | None]] = []
+            if next_aside > 1:  # asides were put: those after the popped entry move back
+                got = yield FETCH, edit.move_asides, {**c, "popped": entry_id}
+                moved = sorted((int(a), entry_id, after) for a, after in got)
+            now = _now()
+            yield EXECUTE, edit.popped, {"c": conversation, "now": now}
+            convert = sql.created_at
+            created = convert(created_at) if convert is not None else created_at
+            entry = Entry(
+                Message._stored(data, None, None),
+                entry_id=entry_id,
+                author=author,
+                created_at=created,
+            )
+            change = Change(
+                "pop",
+                removed=(entry,),
+                moved=tuple(moved),
+                halt=None if halted is None else (halted, None),
+            )
+            record = {
+                "conversation_id": conversation,
+                "revision": int(revision) + 1,
+                "kind": "pop",
+                "author": None,
+                "at": now,
+                "record": encode(change),
+            }
+            yield EXECUTE, edit.insert_change, record
+            return Message._stored(data, position, created_at, convert, entry_id, author)
 
         return await ctx.executor.write(program(), action="pop", conversation=conversation)
 

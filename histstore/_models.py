@@ -22,11 +22,21 @@ class Message:
     ``Message.tool(...)``, ``Message(role, content, **fields)`` or ``Message.from_dict(d)``;
     any JSON object with a string ``role`` or ``type`` is accepted (Chat Completions
     messages, Responses API items, Anthropic messages). ``to_dict()`` gives the object back
-    as a fresh dict. Equality compares the dict form only; ``position`` and ``created_at``
-    (set on messages read from a store) are not compared.
+    as a fresh dict. Equality compares the dict form only; ``position``, ``created_at``,
+    ``entry_id`` and ``author`` (set on messages read from a store: the entry's stable id
+    and who edited it in, ``None`` for what ``write`` stored) are not compared.
     """
 
-    __slots__ = ("_created", "_created_raw", "_data", "_size", "_text", "position")
+    __slots__ = (
+        "_created",
+        "_created_raw",
+        "_data",
+        "_size",
+        "_text",
+        "author",
+        "entry_id",
+        "position",
+    )
 
     _text: str
     _data: dict[str, Any] | None
@@ -34,6 +44,8 @@ class Message:
     _created: datetime | None
     _created_raw: tuple[Callable[[Any], datetime | None], Any] | None
     position: int | None
+    entry_id: int | None
+    author: str | None
 
     def __init__(self, role: str, content: Any = None, /, **fields: Any) -> None:
         self._init({"role": role, "content": content, **fields})
@@ -57,6 +69,8 @@ class Message:
         set_(self, "_data", copy)
         set_(self, "_size", size)
         set_(self, "position", None)
+        set_(self, "entry_id", None)
+        set_(self, "author", None)
         set_(self, "_created", None)
         set_(self, "_created_raw", None)
 
@@ -108,6 +122,8 @@ class Message:
         position: int | None,
         created_at: Any,
         convert: Callable[[Any], datetime | None] | None = None,
+        entry_id: int | None = None,
+        author: str | None = None,
     ) -> Message:
         """A message read back from the database (its text was validated when written).
 
@@ -119,6 +135,8 @@ class Message:
         _set_data(self, None)
         _set_size(self, -1)
         _set_position(self, position)
+        _set_entry_id(self, entry_id)
+        _set_author(self, author)
         if convert is None:
             _set_created(self, created_at)
             _set_created_raw(self, None)
@@ -202,7 +220,10 @@ class Message:
         return f"Message({self._dict()!r}{where})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_unpickle, (self._text, self.position, self.created_at))
+        return (
+            _unpickle,
+            (self._text, self.position, self.created_at, self.entry_id, self.author),
+        )
 
 
 # Slot setters, bypassing the immutability guard (faster than object.__setattr__).
@@ -215,12 +236,20 @@ _set_text = _slot_setter("_text")
 _set_data = _slot_setter("_data")
 _set_size = _slot_setter("_size")
 _set_position = _slot_setter("position")
+_set_entry_id = _slot_setter("entry_id")
+_set_author = _slot_setter("author")
 _set_created = _slot_setter("_created")
 _set_created_raw = _slot_setter("_created_raw")
 
 
-def _unpickle(text: str, position: int | None, created_at: datetime | None) -> Message:
-    return Message._stored(text, position, created_at)
+def _unpickle(
+    text: str,
+    position: int | None,
+    created_at: datetime | None,
+    entry_id: int | None = None,
+    author: str | None = None,
+) -> Message:
+    return Message._stored(text, position, created_at, None, entry_id, author)
 
 
 MessageLike = Message | Mapping[str, Any]

@@ -175,14 +175,17 @@ class Batch:
     times: list[datetime | None] | None = None
 
     def rows(
-        self, conversation: str, first: int, now: datetime, skip: int = 0
+        self, conversation: str, first: int, now: datetime, skip: int = 0, *, first_entry: int
     ) -> list[dict[str, Any]]:
-        """Message rows for ``messages[skip:]``, placed from position ``first`` on."""
+        """Message rows for ``messages[skip:]``, placed from position ``first`` on, as
+        new entries (no author) with the ids from ``first_entry`` on."""
         times = self.times
         return [
             {
                 "conversation_id": conversation,
                 "position": first + i,
+                "entry_id": first_entry + i,
+                "author": None,
                 "role": role_key(m.role),
                 "data": m._text,
                 "token_count": self.tokens[skip + i],

@@ -11,8 +11,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from . import _codec, _rules
 from . import _schema as s
+from ._change_log import encode
+from ._changes import Change
 from ._context import Context, not_found
 from ._drivers import EXECUTE, EXECUTE_MANY, FETCH, Program
+from ._entries import Entry
 from ._errors import ConflictError
 from ._ids import validate_id
 from ._models import ConversationState, Message, Summary
@@ -51,41 +54,96 @@ class Saved:
         self.keep_times = keep_times
 
 
-def replace_conversation(ctx: Context, saved: Saved, *, only_new: bool = False) -> Program[bool]:
+def replace_conversation(ctx: Context, saved: Saved) -> Program[bool]:
     """The program that makes a conversation exactly ``saved`` (lists are left alone).
 
     Creates the conversation or locks it; a view's foreign conversation is
-    ``NotFound``. With ``only_new`` an existing conversation is left as it is and the
-    program returns ``False``.
+    ``NotFound``. The entries are replaced by new ones (new ids), recorded as one
+    ``"save"`` change holding the entries it removed; the write records among the
+    idempotency rows it drops stay in the change log.
     """
-    sql = ctx.sql
+    sql, edit = ctx.sql, ctx.sql.edit
     now = _now()
     cid = saved.id
+    n = len(saved.batch.messages)
     p = ctx.params(
         cid,
         owner=saved.owner,
         system_prompt=saved.system_prompt,
-        n=len(saved.batch.messages),
+        n=n,
+        revision=1 if n else 0,
+        next_entry=n + 1,
         created_at=saved.created_at or now,
         updated_at=saved.updated_at or now,
     )
     created = yield FETCH, sql.create, p
+    removed: list[Entry] = []
+    moved: list[tuple[int, int, None]] = []
+    halted: str | None = None
+    revision, first_entry = 0, 1
     if not created:
-        if only_new:
-            return False
-        if not (yield FETCH, sql.lock, ctx.params(cid)):
+        head = yield FETCH, edit.lock, ctx.params(cid)
+        if not head:
             raise not_found(cid)
+        revision, first_entry, next_aside, halted, length = (
+            int(head[0][0]),
+            int(head[0][1]),
+            int(head[0][2]),
+            head[0][3],
+            int(head[0][4]),
+        )
+        if length:
+            time = sql.created_at or _same
+            rows = yield FETCH, edit.entries, {"c": cid}
+            removed = [
+                Entry(
+                    Message._stored(r[0], None, None),
+                    entry_id=r[3],
+                    author=r[4],
+                    created_at=time(r[2]),
+                )
+                for r in rows
+            ]
+        if next_aside > 1 and removed:
+            got = yield FETCH, edit.unplace_asides, {"c": cid}
+            moved = [(int(a), int(after), None) for a, after in got]
+            if moved:
+                yield EXECUTE, edit.clear_aside_places, {"c": cid}
+        yield EXECUTE, edit.keep_write_records, {"c": cid}
         for stmt in sql.delete_saved:
             yield EXECUTE, stmt, {"c": cid}
+        changed = bool(removed or n)
         # An existing conversation keeps its creation time unless times are restored.
         yield (
             EXECUTE,
             sql.replace_row,
-            {**p, "created_at": p["created_at"] if saved.keep_times else None},
+            {
+                **p,
+                "created_at": p["created_at"] if saved.keep_times else None,
+                "revision": revision + 1 if changed else revision,
+                "next_entry": first_entry + n,
+            },
         )
-    rows = saved.batch.rows(cid, 0, now)
+    rows = saved.batch.rows(cid, 0, now, first_entry=first_entry)
     if rows:
         yield EXECUTE_MANY, sql.insert_messages, rows
+    if removed or rows:
+        change = Change(
+            "save",
+            start=0,
+            removed=tuple(removed),
+            moved=tuple(moved),
+            halt=None if halted is None else (halted, None),
+        )
+        row = {
+            "conversation_id": cid,
+            "revision": revision + 1,
+            "kind": "save",
+            "author": None,
+            "at": now,
+            "record": encode(change, n),
+        }
+        yield EXECUTE, edit.insert_change, row
     summaries = [{**r, "created_at": r["created_at"] or now} for r in saved.summaries]
     if summaries:
         yield EXECUTE_MANY, sql.insert_summary, summaries
@@ -176,7 +234,7 @@ class State:
             src = yield FETCH, sql.lock, ctx.params(source)
             if not src:
                 raise not_found(source)
-            length, owner, prompt = src[0]
+            length, owner, prompt, next_entry = src[0]
             length = int(length) if upto is None else min(upto, int(length))
             now = _now()
             created = yield (
@@ -187,6 +245,8 @@ class State:
                     "owner": owner,
                     "system_prompt": prompt,
                     "n": length,
+                    "revision": 1 if length else 0,
+                    "next_entry": next_entry,
                     "created_at": now,
                     "updated_at": now,
                 },
@@ -204,6 +264,16 @@ class State:
             }
             for stmt in sql.fork_copies:
                 yield EXECUTE, stmt, copy
+            if length:  # the target's one change record: the entries it was given
+                record = {
+                    "conversation_id": target,
+                    "revision": 1,
+                    "kind": "fork",
+                    "author": None,
+                    "at": now,
+                    "record": encode(Change("fork", start=0), length),
+                }
+                yield EXECUTE, sql.edit.insert_change, record
             return True
 
         await ctx.executor.write(program(), action="fork", conversation=source)
@@ -296,3 +366,7 @@ async def _metadata(conn: AsyncConnection, conversation: str) -> dict[str, Any]:
         select(md.c.key, md.c.value).where(md.c.conversation_id == conversation).order_by(md.c.key)
     )
     return {_codec.key_from_stored(r.key): _codec.decode(r.value) for r in rows}
+
+
+def _same(value: Any) -> Any:
+    return value

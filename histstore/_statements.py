@@ -27,6 +27,7 @@ from sqlalchemy import (
 from . import _dialects
 from . import _schema as s
 from ._drivers import Driver
+from ._edit_statements import EditStatements
 
 __all__ = ["Statements"]
 
@@ -43,6 +44,7 @@ class Statements:
     def __init__(self, driver: Driver, scoped: bool) -> None:
         dialect = driver.dialect
         compile_ = driver.compile
+        self.edit = EditStatements(driver, scoped)
         conv_id = bindparam("c", type_=_conv.c.id.type)
         owner = bindparam("owner", type_=_conv.c.owner.type)
         owned: ColumnElement[bool] = _conv.c.id == conv_id
@@ -55,7 +57,8 @@ class Statements:
         self.count = compile_(select(_conv.c.length).where(owned))
         self.exists = compile_(select(_conv.c.id).where(owned))
         self.created_at = driver.result_processor(_msg.c.created_at.type)
-        cols = (_msg.c.data, _msg.c.position, _msg.c.created_at)
+        # What a message read back carries (``History.messages``).
+        cols = (_msg.c.data, _msg.c.position, _msg.c.created_at, _msg.c.entry_id, _msg.c.author)
         base = [_msg.c.conversation_id == conv_id, _msg.c.position >= bindparam("start")]
         if scoped:
             base.append(exists().where(owned))
@@ -76,15 +79,27 @@ class Statements:
         ins = _dialects.insert(dialect, _conv).values(
             id=conv_id, owner=owner, length=n, created_at=now, updated_at=now
         )
+        # An append is a change record: the conversation's revision grows by one, the
+        # batch takes the next entry ids, and the halt is cleared (SPEC 11).
+        appended = {
+            "revision": _conv.c.revision + 1,
+            "next_entry": _conv.c.next_entry + n,
+            "halted": None,
+            "updated_at": now,
+        }
+        grown = (_conv.c.length, _conv.c.revision, _conv.c.next_entry)
         # Creates the conversation or adds n to its length, locking its row, and
-        # returns the new length: the batch goes at positions length-n .. length-1.
+        # returns the new length, revision and next entry id: the batch goes at
+        # positions length-n .. length-1 with entry ids next_entry-n .. next_entry-1.
         # Nothing comes back when a view may not see the conversation.
         self.append = compile_(
-            ins.on_conflict_do_update(
+            ins.values(revision=1, next_entry=n + 1)
+            .on_conflict_do_update(
                 index_elements=[_conv.c.id],
-                set_={"length": _conv.c.length + n, "updated_at": now},
+                set_={"length": _conv.c.length + n, **appended},
                 where=mine,
-            ).returning(_conv.c.length)
+            )
+            .returning(*grown)
         )
         one = _dialects.append_in_one_statement(dialect, scoped)
         self.append_one = None if one is None else compile_(one)
@@ -92,27 +107,31 @@ class Statements:
         self.append_at = compile_(
             update(_conv)
             .where(owned, _conv.c.length == bindparam("at", type_=BigInteger))
-            .values(length=bindparam("new_length", type_=BigInteger), updated_at=now)
-            .returning(_conv.c.length)
+            .values(length=bindparam("new_length", type_=BigInteger), **appended)
+            .returning(*grown)
         )
         # Creates the conversation or marks it changed, locking its row; returns its
-        # length, or nothing when a view may not see it.
+        # length, revision and next entry id, or nothing when a view may not see it.
         self.touch = compile_(
             ins.values(length=0)
             .on_conflict_do_update(
                 index_elements=[_conv.c.id], set_={"updated_at": now}, where=mine
             )
-            .returning(_conv.c.length)
+            .returning(*grown)
         )
+        # Appends n messages after a ``touch`` (the row is locked), as ``append``.
         self.set_length = compile_(
             update(_conv)
             .where(_conv.c.id == conv_id)
-            .values(length=bindparam("length", type_=BigInteger), updated_at=now)
+            .values(length=bindparam("length", type_=BigInteger), **appended)
         )
         # Locks a row that exists and is visible; returns its length and owner.
         self.lock = compile_(
             _dialects.for_update(
-                dialect, select(_conv.c.length, _conv.c.owner, _conv.c.system_prompt).where(owned)
+                dialect,
+                select(
+                    _conv.c.length, _conv.c.owner, _conv.c.system_prompt, _conv.c.next_entry
+                ).where(owned),
             )
         )
         # Whether the id is taken at all (by anyone): tells NotFound from ConflictError.
@@ -125,6 +144,8 @@ class Statements:
                 owner=owner,
                 system_prompt=bindparam("system_prompt", type_=_conv.c.system_prompt.type),
                 length=n,
+                revision=bindparam("revision", 0, type_=BigInteger),
+                next_entry=bindparam("next_entry", 1, type_=BigInteger),
                 created_at=bindparam("created_at", type_=_conv.c.created_at.type),
                 updated_at=bindparam("updated_at", type_=_conv.c.updated_at.type),
             )
@@ -138,6 +159,9 @@ class Statements:
                 owner=owner,
                 system_prompt=bindparam("system_prompt", type_=_conv.c.system_prompt.type),
                 length=n,
+                revision=bindparam("revision", type_=BigInteger),
+                next_entry=bindparam("next_entry", type_=BigInteger),
+                halted=None,
                 created_at=func.coalesce(
                     bindparam("created_at", type_=_conv.c.created_at.type), _conv.c.created_at
                 ),
@@ -316,6 +340,7 @@ class Statements:
                     _conv.c.length,
                     _conv.c.created_at,
                     _conv.c.updated_at,
+                    _conv.c.next_entry,
                 ).where(owned),
             )
         )

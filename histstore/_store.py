@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ._context import Context, Shared, StoreSettings
 from ._dialects import Mode
+from ._editing import Editing
 from ._executor import Executor
 from ._history import History
 from ._ids import validate_id
@@ -21,6 +22,7 @@ from ._lists import Lists
 from ._models import ConversationState, Message, MessageLike, Summary, WriteOutcome
 from ._search import Hit
 from ._state import State
+from ._store_edits import EditableCalls
 from ._text_search import TextSearch
 
 __all__ = ["Store", "StoreSettings"]
@@ -28,7 +30,7 @@ __all__ = ["Store", "StoreSettings"]
 T = TypeVar("T")
 
 
-class Store:
+class Store(EditableCalls):
     """Conversation history and state in one SQL database.
 
     Made by ``histstore.connect()``. Every method is a coroutine, validates its
@@ -66,6 +68,7 @@ class Store:
         self._listing = Listing(ctx)
         self._leases = Leases(ctx, self._history)
         self._search = TextSearch(ctx)
+        self._editing = Editing(ctx)
 
     # ------------------------------------------------------------------ basics
 

@@ -19,6 +19,8 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from . import _schema as s
+from ._change_log import encode
+from ._changes import Change
 from ._context import Context
 from ._drivers import EXECUTE, EXECUTE_MANY, FETCH, CompiledStatement, Step
 
@@ -60,35 +62,41 @@ class MessageRows:
     times: list[datetime]
     texts: list[str | None]
     """Each message's ``indexed_text``."""
+    entry_ids: list[int] | None = None
+    """The entries' ids; ``None``: new ids, ``entry_base`` + position."""
+    authors: list[str | None] | None = None
+    """The entries' authors; ``None``: none."""
 
     def __len__(self) -> int:
         return len(self.datas)
 
-    def arrays(self, cid: str, skip: int) -> dict[str, Any]:
+    def ids(self, entry_base: int, skip: int) -> list[int]:
+        """The entry ids of the rows from ``skip`` on."""
+        if self.entry_ids is not None:
+            return self.entry_ids[skip:]
+        start = entry_base + self.first
+        return list(range(start + skip, start + len(self.datas)))
+
+    def arrays(self, cid: str, skip: int, entry_base: int) -> dict[str, Any]:
         """Parameters of ``insert_message_arrays`` for the rows from ``skip`` on."""
-        if skip:
-            return {
-                "c": cid,
-                "first": self.first + skip,
-                "roles": self.roles[skip:],
-                "datas": self.datas[skip:],
-                "tokens": self.tokens[skip:],
-                "times": self.times[skip:],
-                "texts": self.texts[skip:],
-            }
+        authors = self.authors if self.authors is not None else [None] * len(self.datas)
         return {
             "c": cid,
-            "first": self.first,
-            "roles": self.roles,
-            "datas": self.datas,
-            "tokens": self.tokens,
-            "times": self.times,
-            "texts": self.texts,
+            "first": self.first + skip,
+            "roles": self.roles[skip:],
+            "datas": self.datas[skip:],
+            "tokens": self.tokens[skip:],
+            "times": self.times[skip:],
+            "texts": self.texts[skip:],
+            "entry_ids": self.ids(entry_base, skip),
+            "authors": authors[skip:],
         }
 
-    def dicts(self, cid: str, skip: int) -> list[Row]:
+    def dicts(self, cid: str, skip: int, entry_base: int) -> list[Row]:
         """Rows of ``insert_messages`` for the rows from ``skip`` on."""
         first = self.first
+        ids = self.ids(entry_base, skip)
+        authors = self.authors
         return [
             {
                 "conversation_id": cid,
@@ -98,6 +106,8 @@ class MessageRows:
                 "token_count": self.tokens[i],
                 "created_at": self.times[i],
                 "search_text": self.texts[i],
+                "entry_id": ids[i - skip],
+                "author": None if authors is None else authors[i],
             }
             for i in range(skip, len(self.datas))
         ]
@@ -137,6 +147,9 @@ class Target:
         self._messages = _Sequence(0, True, "position", {"c": incoming.id})
         self._items: _Sequence | None = None
         self._messages_done = False
+        # New entries take ids from here on (+ position): above every id the stored
+        # conversation ever gave, so none is given twice.
+        self._entry_base = 1
         convert = ctx.executor.driver.result_processor
         self._time: Callable[[Any], Any] = convert(s.messages.c.created_at.type) or _same
 
@@ -153,6 +166,8 @@ class Target:
                 owner=self.owner,
                 system_prompt=inc.system_prompt,
                 n=inc.length,
+                revision=1 if inc.length else 0,
+                next_entry=inc.length + 1,
                 created_at=inc.created_at,
                 updated_at=inc.updated_at,
             ),
@@ -164,6 +179,7 @@ class Target:
         if not rows:
             return False
         self._row = rows[0]
+        self._entry_base = int(rows[0][5])
         self._messages = _Sequence(int(rows[0][2]), False, "position", {"c": inc.id})
         listed = yield FETCH, sql.list_rows, {"c": inc.id}
         self._lists = {name: int(length) for name, length in listed}
@@ -174,10 +190,11 @@ class Target:
         sql, cid = self.ctx.sql, self.incoming.id
 
         def insert(skip: int) -> Steps[None]:
+            base = self._entry_base
             if sql.insert_message_arrays is not None:
-                yield EXECUTE, sql.insert_message_arrays, rows.arrays(cid, skip)
+                yield EXECUTE, sql.insert_message_arrays, rows.arrays(cid, skip, base)
             else:
-                yield EXECUTE_MANY, sql.insert_messages, rows.dicts(cid, skip)
+                yield EXECUTE_MANY, sql.insert_messages, rows.dicts(cid, skip, base)
 
         yield from self._put(
             self._messages,
@@ -258,6 +275,7 @@ class Target:
             yield EXECUTE, sql.delete_list, {"c": cid, "name": name}
         self._lists.clear()
         if self.new:
+            yield from self._record_import()
             return True
         row = self._row
         assert row is not None
@@ -270,8 +288,11 @@ class Target:
         )
         if self.changed or not same_row:
             self.changed = True
-            # A replaced conversation keeps no idempotency records (as ``save``).
+            # A replaced conversation keeps no idempotency records (as ``save``), and
+            # its change log starts again from what came in.
             yield EXECUTE, sql.delete_writes, {"c": cid}
+            for stmt in sql.edit.delete_edits:
+                yield EXECUTE, stmt, {"c": cid}
             yield (
                 EXECUTE,
                 sql.replace_row,
@@ -280,11 +301,28 @@ class Target:
                     owner=self.owner,
                     system_prompt=inc.system_prompt,
                     n=inc.length,
+                    revision=1 if inc.length else 0,
+                    next_entry=self._entry_base + inc.length,
                     created_at=inc.created_at,
                     updated_at=inc.updated_at,
                 ),
             )
+            yield from self._record_import()
         return self.changed
+
+    def _record_import(self) -> Steps[None]:
+        """The change log of an imported conversation: one record of its entries."""
+        inc = self.incoming
+        if inc.length:
+            record = {
+                "conversation_id": inc.id,
+                "revision": 1,
+                "kind": "import",
+                "author": None,
+                "at": inc.updated_at,
+                "record": encode(Change("import", start=0), inc.length),
+            }
+            yield EXECUTE, self.ctx.sql.edit.insert_change, record
 
     # ---------------------------------------------------------------- helpers
 
