@@ -44,7 +44,7 @@ from ._entries import (
 )
 from ._errors import InvalidMessage
 
-__all__ = ["Change", "Move"]
+__all__ = ["Change", "Move", "first_touched"]
 
 Move = tuple[int, int | None, int | None]
 """An aside moved by an entries part: ``(aside_id, from_entry, to_entry)``."""
@@ -220,6 +220,18 @@ class Change:
         if self.turn is not None:
             parts.append(f"turn={self.turn.number}")
         return f"Change({', '.join(parts)})"
+
+
+def first_touched(changes: Iterable[Change]) -> int | None:
+    """The lowest position any of ``changes`` (applied in order) can have changed: each
+    leaves the entries before its ``start`` as they were. ``None`` when none touches
+    entries; 0 when one has no ``start`` (it is placed by the length it met)."""
+    low: int | None = None
+    for c in changes:
+        if c.touches_entries:
+            start = 0 if c.start is None else c.start
+            low = start if low is None else min(low, start)
+    return low
 
 
 def _entries(value: object, *, what: str) -> tuple[Entry, ...]:

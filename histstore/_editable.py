@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from ._changes import Change
+from ._changes import Change, first_touched
 from ._editable_base import EditableBase
 from ._editable_plan import (
     aside_ops,
@@ -256,12 +256,14 @@ class Conversation(EditableBase):
         records these changes made take their times."""
         times = {eid(e): e.created_at for c in changes for e in c.added}
         state = self._state
-        state.entries = [
-            e
-            if e.created_at is not None or times.get(eid(e)) is None
-            else replace(e, created_at=times[eid(e)])
-            for e in state.entries
-        ]
+        low = first_touched(changes)
+        if low is not None:  # entries before ``low`` are as they were: not looked at
+            state.entries[low:] = [
+                e
+                if e.created_at is not None or times.get(eid(e)) is None
+                else replace(e, created_at=times[eid(e)])
+                for e in state.entries[low:]
+            ]
         opened: dict[int, datetime | None] = {}
         ended: dict[int, datetime | None] = {}
         for c in changes:

@@ -10,13 +10,15 @@ the same records.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+import asyncio
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from . import _codec, _rules
 from ._change_log import Logged, encode, logged, rebuild, written
-from ._changes import Change
+from ._changes import Change, first_touched
 from ._context import Context, not_found
 from ._drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback, Step
 from ._editable import Conversation
@@ -27,10 +29,13 @@ from ._ids import validate_id
 from ._models import Message
 from ._search import indexed_text
 
-__all__ = ["Editing", "load", "message_row", "persist"]
+__all__ = ["Editing", "Plan", "load", "message_row", "persist", "plan", "stored_entries"]
 
 T = TypeVar("T")
 Steps = Generator[Step, Any, T]
+
+_LARGE = 1000
+"""Commits that may write more message rows than this are planned off the event loop."""
 
 
 def _now() -> datetime:
@@ -46,11 +51,7 @@ def load(ctx: Context, conversation: str, *, lock: bool = False) -> Steps[Conver
         return None
     revision, next_entry, next_aside, halted, _length = head[0]
     time = ctx.sql.created_at or _same
-    rows = yield FETCH, sql.entries, {"c": conversation}
-    entries = [
-        Entry(Message._stored(r[0], None, None), entry_id=r[3], author=r[4], created_at=time(r[2]))
-        for r in rows
-    ]
+    entries = stored_entries(ctx, (yield FETCH, sql.entries, {"c": conversation}))
     asides: dict[int, AsideState] = {}
     if next_aside > 1:
         got = yield FETCH, sql.asides, {"c": conversation}
@@ -77,6 +78,15 @@ def load(ctx: Context, conversation: str, *, lock: bool = False) -> Steps[Conver
         next_entry_id=int(next_entry),
         next_aside_id=int(next_aside),
     )
+
+
+def stored_entries(ctx: Context, rows: Iterable[Sequence[Any]]) -> list[Entry]:
+    """Entries from ``(data, position, created_at, entry_id, author)`` rows as the driver
+    reads them."""
+    time = ctx.sql.created_at or _same
+    return [
+        Entry._stored(Message._stored(r[0], None, None), int(r[3]), r[4], time(r[2])) for r in rows
+    ]
 
 
 def log(
@@ -116,64 +126,58 @@ def message_row(
     }
 
 
-def persist(
+@dataclass
+class Plan:
+    """What a commit writes besides the change records: the conversation row's new
+    state, the message rows of ``[start, stop)`` (``cut``: the rows deleted first, the
+    range or, when the length changed, everything from ``start``), and the asides and
+    turn records that changed. Made off the database (``plan``)."""
+
+    row: dict[str, Any]
+    start: int
+    stop: int
+    cut: str | None
+    rows: list[dict[str, Any]]
+    gone_asides: list[int]
+    asides: list[dict[str, Any]]
+    turns: list[dict[str, Any]]
+
+
+def plan(
     ctx: Context,
     conversation: str,
     before: State,
     after: State,
     changes: Sequence[Change],
     now: datetime,
-) -> Program[int]:
-    """The program that stores ``changes`` (stamped, from revision ``before``'s + 1),
-    which turned ``before`` (the stored state at the revision the value continues) into
-    ``after``; returns the new revision. It writes only what differs: the entries from
-    the first changed position on (those after the last change too when the length
-    changed), the asides and turn records that changed, and the conversation row.
+) -> Plan:
+    """The writes that turn ``before`` (the stored state at the revision the value
+    continues) into ``after`` by ``changes``: only what differs. The entries before the
+    first position the changes touch are not looked at.
 
     Raises:
-        ConflictError: the stored revision is not the one the value continues.
-        NotFound: a scoped view may not see the conversation.
+        InvalidMessage: an entry to write is over the store's ``max_message_bytes``.
     """
-    sql = ctx.sql
-    expected = changes[0].revision - 1 if changes and changes[0].revision else 0
-    revision = expected + len(changes)
-    params = ctx.params(
-        conversation,
-        expected=expected,
-        length=len(after.entries),
-        revision=revision,
-        next_entry=after.next_entry,
-        next_aside=after.next_aside,
-        halted=after.halted,
-        now=now,
-    )
-    claim = sql.edit.claim_new if expected == 0 else sql.edit.claim
-    if not (yield FETCH, claim, params):
-        taken = yield FETCH, sql.taken, {"c": conversation}
-        if ctx.owner is not None and taken and taken[0][0] != ctx.owner:
-            raise not_found(conversation)
-        raise ConflictError(
-            f"conversation {conversation!r} changed since revision {expected} (commit refused)"
-        )
     old, new = before.entries, after.entries
-    p = 0
     top = min(len(old), len(new))
+    p = min(first_touched(changes) or 0, top)
+    while p < top and old[p] == new[p]:
+        p += 1
     while p < top and old[p] == new[p]:
         p += 1
     stop = len(new)
+    cut: str | None = "tail" if p < len(old) else None
     if len(old) == len(new):
         while stop > p and old[stop - 1] == new[stop - 1]:
             stop -= 1
-        if stop > p:
-            yield EXECUTE, sql.edit.delete_range, {"c": conversation, "start": p, "stop": stop}
-    elif p < len(old):
-        yield EXECUTE, sql.delete_messages_from, {"c": conversation, "start": p}
-    rows = [message_row(ctx, conversation, i, new[i], now) for i in range(p, stop)]
-    if rows:
-        yield EXECUTE_MANY, sql.insert_messages, rows
-    for aside_id in before.asides.keys() - after.asides.keys():
-        yield EXECUTE, sql.edit.delete_aside, {"c": conversation, "aside_id": aside_id}
-    put = [
+        cut = "range" if stop > p else None
+    limit = ctx.settings.max_message_bytes
+    for i in range(p, stop):
+        if new[i].message.size > limit:
+            raise InvalidMessage(
+                f"entry {i} of conversation {conversation!r} is over the size limit ({limit} bytes)"
+            )
+    asides = [
         {
             "conversation_id": conversation,
             "aside_id": aside_id,
@@ -184,27 +188,74 @@ def persist(
         for aside_id, state in sorted(after.asides.items())
         if before.asides.get(aside_id) != state
     ]
-    if put:
-        yield EXECUTE_MANY, sql.edit.put_aside, put
-    turns = [
-        _turn_row(conversation, t, now)
-        for i, t in enumerate(after.turns)
-        if i >= len(before.turns) or before.turns[i] != t
-    ]
-    if turns:
-        yield EXECUTE_MANY, sql.edit.put_turn, turns
+    return Plan(
+        row={
+            "length": len(new),
+            "next_entry": after.next_entry,
+            "next_aside": after.next_aside,
+            "halted": after.halted,
+        },
+        start=p,
+        stop=stop,
+        cut=cut,
+        rows=[message_row(ctx, conversation, i, new[i], now) for i in range(p, stop)],
+        gone_asides=sorted(before.asides.keys() - after.asides.keys()),
+        asides=asides,
+        turns=[
+            _turn_row(conversation, t, now)
+            for i, t in enumerate(after.turns)
+            if i >= len(before.turns) or before.turns[i] != t
+        ],
+    )
+
+
+def persist(
+    ctx: Context, conversation: str, work: Plan, changes: Sequence[Change], now: datetime
+) -> Program[int]:
+    """The program that stores ``changes`` (stamped, the first at the stored revision
+    + 1) and ``work``, what they do; returns the new revision.
+
+    Raises:
+        ConflictError: the stored revision is not the one the changes continue.
+        NotFound: a scoped view may not see the conversation.
+    """
+    sql, edit, c = ctx.sql, ctx.sql.edit, conversation
+    first = changes[0].revision
+    assert first is not None
+    expected = first - 1
+    revision = expected + len(changes)
+    params = ctx.params(c, expected=expected, revision=revision, now=now, **work.row)
+    if not (yield FETCH, edit.claim_new if expected == 0 else edit.claim, params):
+        taken = yield FETCH, sql.taken, {"c": c}
+        if ctx.owner is not None and taken and taken[0][0] != ctx.owner:
+            raise not_found(c)
+        raise ConflictError(
+            f"conversation {c!r} changed since revision {expected} (commit refused)"
+        )
+    if work.cut == "range":
+        yield EXECUTE, edit.delete_range, {"c": c, "start": work.start, "stop": work.stop}
+    elif work.cut == "tail":
+        yield EXECUTE, sql.delete_messages_from, {"c": c, "start": work.start}
+    if work.rows:
+        yield EXECUTE_MANY, sql.insert_messages, work.rows
+    for aside_id in work.gone_asides:
+        yield EXECUTE, edit.delete_aside, {"c": c, "aside_id": aside_id}
+    if work.asides:
+        yield EXECUTE_MANY, edit.put_aside, work.asides
+    if work.turns:
+        yield EXECUTE_MANY, edit.put_turn, work.turns
     records = [
         {
-            "conversation_id": conversation,
-            "revision": c.revision,
-            "kind": c.kind,
-            "author": c.author,
+            "conversation_id": c,
+            "revision": change.revision,
+            "kind": change.kind,
+            "author": change.author,
             "at": now,
-            "record": encode(c),
+            "record": encode(change),
         }
-        for c in changes
+        for change in changes
     ]
-    yield EXECUTE_MANY, sql.edit.insert_change, records
+    yield EXECUTE_MANY, edit.insert_change, records
     return revision
 
 
@@ -250,15 +301,15 @@ class Editing:
             self._ctx.executor.check()
             return conv.revision
         before = conv._saved if conv._saved is not None else State()
-        limit = self._ctx.settings.max_message_bytes
-        for e in conv._state.entries:
-            if e.message.size > limit:
-                raise InvalidMessage(
-                    f"an entry of conversation {cid!r} is over the size limit ({limit} bytes)"
-                )
+        after = conv._state
         now = _now()
         stamped = [c.stamped(conv.revision + i + 1, now) for i, c in enumerate(outbox)]
-        program = persist(self._ctx, cid, before, conv._state, stamped, now)
+        low = first_touched(stamped)
+        if low is not None and len(after.entries) - low > _LARGE:
+            work = await asyncio.to_thread(plan, self._ctx, cid, before, after, stamped, now)
+        else:
+            work = plan(self._ctx, cid, before, after, stamped, now)
+        program = persist(self._ctx, cid, work, stamped, now)
         revision = await self._ctx.executor.write(program, action="commit", conversation=cid)
         conv._saved_as(stamped)
         return revision
@@ -306,7 +357,8 @@ class Editing:
             now = _now()
             stamped = [c.stamped(current + 1, now) for c in value._outbox]
             assert value._saved is not None
-            return (yield from persist(ctx, conversation, value._saved, value._state, stamped, now))
+            work = plan(ctx, conversation, value._saved, value._state, stamped, now)
+            return (yield from persist(ctx, conversation, work, stamped, now))
 
         return await ctx.executor.write(program(), action="revert", conversation=conversation)
 

@@ -113,6 +113,19 @@ class Entry:
         set_(self, "author", check_author(author))
         set_(self, "created_at", check_time(created_at, what="created_at"))
 
+    @classmethod
+    def _stored(
+        cls, message: Message, entry_id: int, author: str | None, created_at: datetime | None
+    ) -> Entry:
+        """An entry as a store holds it (its parts were checked when it was stored)."""
+        entry = cls.__new__(cls)
+        set_ = object.__setattr__
+        set_(entry, "message", message)
+        set_(entry, "entry_id", entry_id)
+        set_(entry, "author", author)
+        set_(entry, "created_at", created_at)
+        return entry
+
     def __repr__(self) -> str:
         return (
             f"Entry(entry_id={self.entry_id!r}, author={self.author!r}, role={self.message.role!r})"

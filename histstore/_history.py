@@ -21,7 +21,7 @@ from ._changes import Change
 from ._context import Context, not_found
 from ._dberrors import DatabaseFailure
 from ._drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback, Step
-from ._entries import Entry
+from ._editing import stored_entries
 from ._errors import ConflictError, HistStoreError, InvalidMessage, WriteError
 from ._ids import validate_id
 from ._models import Message, MessageLike, WriteOutcome
@@ -357,14 +357,7 @@ class History:
                 moved = sorted((int(a), entry_id, after) for a, after in got)
             now = _now()
             yield EXECUTE, edit.popped, {"c": conversation, "now": now}
-            convert = sql.created_at
-            created = convert(created_at) if convert is not None else created_at
-            entry = Entry(
-                Message._stored(data, None, None),
-                entry_id=entry_id,
-                author=author,
-                created_at=created,
-            )
+            (entry,) = stored_entries(ctx, rows)
             change = Change(
                 "pop",
                 removed=(entry,),
@@ -380,7 +373,7 @@ class History:
                 "record": encode(change),
             }
             yield EXECUTE, edit.insert_change, record
-            return Message._stored(data, position, created_at, convert, entry_id, author)
+            return Message._stored(data, position, created_at, sql.created_at, entry_id, author)
 
         return await ctx.executor.write(program(), action="pop", conversation=conversation)
 

@@ -15,6 +15,7 @@ from ._change_log import encode
 from ._changes import Change
 from ._context import Context, not_found
 from ._drivers import EXECUTE, EXECUTE_MANY, FETCH, Program
+from ._editing import stored_entries
 from ._entries import Entry
 from ._errors import ConflictError
 from ._ids import validate_id
@@ -93,17 +94,8 @@ def replace_conversation(ctx: Context, saved: Saved) -> Program[bool]:
             int(head[0][4]),
         )
         if length:
-            time = sql.created_at or _same
             rows = yield FETCH, edit.entries, {"c": cid}
-            removed = [
-                Entry(
-                    Message._stored(r[0], None, None),
-                    entry_id=r[3],
-                    author=r[4],
-                    created_at=time(r[2]),
-                )
-                for r in rows
-            ]
+            removed = stored_entries(ctx, rows)
         if next_aside > 1 and removed:
             got = yield FETCH, edit.unplace_asides, {"c": cid}
             moved = [(int(a), int(after), None) for a, after in got]

@@ -5,10 +5,12 @@ records, asides, halts and turn records kept, scoped views. Every backend."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from typing import Any
 
 import pytest
+from helpers import PYTHON, subprocess_env
 
 import histstore
 from histstore import (
@@ -64,6 +66,16 @@ async def test_read_carries_entry_ids_and_authors(store: Store, cid: str) -> Non
     assert [(c.kind, c.revision, len(c.added)) for c in log] == [("write", 1, 2), ("write", 2, 1)]
     assert all(c.at is not None and c.at.tzinfo is not None for c in log)
     assert log[0].added[0].message == Message.from_dict(user("a"))
+    await folds(store, cid)
+
+
+async def test_a_write_that_stores_nothing_is_no_change(store: Store, cid: str) -> None:
+    await store.write(cid, [])
+    await store.write(cid, [user("a")])
+    await store.write(cid, [], idempotency_key="empty")
+    await store.write(cid, [user("a")], at=0)  # confirms, stores nothing
+    await store.write(cid, [user("a")], at=0, idempotency_key="k")
+    assert [c.revision for c in await store.changes(cid)] == [1]
     await folds(store, cid)
 
 
@@ -385,6 +397,89 @@ async def test_concurrent_writes_commits_and_pops_never_lose_an_entry(
         assert sorted(held + popped) == sorted(["seed", *written])
         entry_ids = [e.entry_id for e in value.entries]
         assert len(set(entry_ids)) == len(entry_ids)
+
+
+# A child process: writes, commits edits (retrying on conflict) and pops on one
+# conversation, and prints what it stored and what it popped.
+EDITOR = """
+import asyncio, json, sys
+import histstore
+
+url, conversation, proc = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+async def main():
+    stored, popped = [], []
+    async with histstore.connect(url) as store:
+        async def writer(t):
+            for j in range(5):
+                text = f"p{proc}-w{t}-{j}"
+                await store.write(conversation, [{"role": "user", "content": text}])
+                stored.append(text)
+
+        async def editor(t):
+            for j in range(3):
+                text = f"p{proc}-e{t}-{j}"
+                while True:
+                    value = await store.edit(conversation)
+                    value.push(histstore.Entry({"role": "assistant", "content": text}, author="ed"))
+                    if len(value.entries) > 3:
+                        value.edit_each(
+                            lambda e: {**e.message.to_dict(), "seen": True}
+                            if e.entry_id == value.entry_id(1) else None,
+                            by="ed",
+                        )
+                    try:
+                        await store.commit(value)
+                        break
+                    except histstore.ConflictError:
+                        await asyncio.sleep(0.001)
+                stored.append(text)
+
+        async def popper():
+            for _ in range(3):
+                m = await store.pop(conversation)
+                if m is not None:
+                    popped.append(m.content)
+
+        await asyncio.gather(writer(0), writer(1), editor(0), popper())
+    print(json.dumps([stored, popped]))
+
+asyncio.run(main())
+"""
+
+
+async def test_processes_write_commit_and_pop_one_conversation(
+    shared_backend: Any, cid: str
+) -> None:
+    async with shared_backend.connect() as store:
+        await store.write(cid, [user("seed")])
+    procs = [
+        await asyncio.create_subprocess_exec(
+            PYTHON,
+            "-c",
+            EDITOR,
+            shared_backend.url,
+            cid,
+            str(p),
+            env=subprocess_env(),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        for p in range(3)
+    ]
+    stored, popped = ["seed"], []
+    for proc in procs:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=180)
+        assert proc.returncode == 0, err.decode(errors="replace")
+        got = json.loads(out)
+        stored.extend(got[0])
+        popped.extend(got[1])
+    async with shared_backend.connect() as store:
+        value = await folds(store, cid)
+    held = [m.content for m in value.messages]
+    assert sorted(held + popped) == sorted(stored)  # nothing lost, nothing twice
+    entry_ids = [e.entry_id for e in value.entries]
+    assert len(set(entry_ids)) == len(entry_ids)
 
 
 async def test_random_histories_fold_to_the_stored_value(store: Store, cid: str) -> None:
