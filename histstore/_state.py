@@ -175,7 +175,14 @@ class State:
                 raise not_found(conversation)
             rows = (
                 await conn.execute(
-                    select(_msg.c.data, _msg.c.position, _msg.c.created_at, _msg.c.token_count)
+                    select(
+                        _msg.c.data,
+                        _msg.c.position,
+                        _msg.c.created_at,
+                        _msg.c.token_count,
+                        _msg.c.entry_id,
+                        _msg.c.author,
+                    )
                     .where(_msg.c.conversation_id == conversation)
                     .order_by(_msg.c.position)
                 )
@@ -184,7 +191,7 @@ class State:
             return ConversationState(
                 conversation,
                 user=row.owner,
-                messages=tuple(Message._stored(r[0], r[1], r[2]) for r in rows),
+                messages=tuple(Message._stored(r[0], r[1], r[2], None, r[4], r[5]) for r in rows),
                 system_prompt=row.system_prompt,
                 summaries=tuple(await _summaries(conn, conversation)),
                 metadata=metadata or None,

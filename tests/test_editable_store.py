@@ -10,6 +10,7 @@ import random
 from typing import Any
 
 import pytest
+from faults import Faults
 from helpers import PYTHON, subprocess_env
 
 import histstore
@@ -317,6 +318,29 @@ async def test_a_commit_that_fails_writes_nothing(store: Store, cid: str) -> Non
             await small.commit(Conversation())
     finally:
         await small.close()
+
+
+async def test_a_commit_that_fails_half_way_leaves_everything_as_it_was(
+    store: Store, cid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The entries go in, then the change record fails: the store and the value's
+    outbox are as they were, and the same value commits afterwards."""
+    await store.write(cid, [user("a"), bot("b"), user("c")])
+    value = await store.edit(cid)
+    value.splice(0, 2, [user("summary")], by="x")
+    value.add_aside("note", after=value.entry_id(0))
+    faults = Faults(monkeypatch)
+    faults.fail_insert_into = "histstore_changes"
+    with pytest.raises(histstore.HistStoreError):
+        await store.commit(value)
+    faults.fail_insert_into = None
+    assert await contents(store, cid) == ["a", "b", "c"]
+    assert (await store.edit(cid)).asides() == []
+    assert len(value.unsaved) == 2 and value.revision == 1
+    assert await store.search("summary", conversation=cid) == []
+    assert await store.commit(value) == 3
+    assert await contents(store, cid) == ["summary", "c"]
+    await folds(store, cid)
 
 
 async def test_scoped_views(store: Store, cid: str) -> None:
