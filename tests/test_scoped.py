@@ -17,7 +17,15 @@ from helpers import new_id, raw_rows, user_msgs
 from sqlalchemy import update
 
 import histstore
-from histstore import ConversationState, InvalidId, Message, NotFound, Summary, _schema
+from histstore import (
+    Conversation,
+    ConversationState,
+    InvalidId,
+    Message,
+    NotFound,
+    Summary,
+    _schema,
+)
 
 Store = histstore.Store
 ALICE = "alice"
@@ -42,6 +50,12 @@ async def fill(store: Store, c: str) -> None:
     await store.merge_metadata(c, {"topic": "tests", "n": 1})
     await store.list_append(c, "events", [{"e": 1}, b"\x01raw"])
     await histstore.SemanticIndex(store, _embed, model="m").update(c)
+    value = await store.edit(c)  # an edited entry, an aside, a halt and a turn record
+    value.push(histstore.Entry(Message.user("secret note"), author="editor"))
+    value.add_aside("secret aside", after=value.entry_id(0))
+    value.halt("secret halt")
+    value.open_turn()
+    await store.commit(value)
 
 
 async def _embed(texts: list[str]) -> list[list[float]]:
@@ -80,6 +94,21 @@ Call = Callable[[World], Awaitable[Any]]
 async def _lease(view: Store, conversation: str) -> None:
     async with view.lease(conversation, wait=False):
         pass
+
+
+async def _commit(view: Store, value: Conversation) -> int:
+    value.push(Message.user("x"))
+    return await view.commit(value)
+
+
+async def _edit_and_commit(view: Store, conversation: str) -> int:
+    return await _commit(view, await view.edit(conversation))
+
+
+async def _refreshed(view: Store, conversation: str) -> Conversation:
+    value = Conversation(conversation)
+    await view.refresh(value)
+    return value
 
 
 # name -> (call through alice's view, the answer a missing conversation gives)
@@ -145,6 +174,15 @@ CASES: dict[str, tuple[Call, Any]] = {
     "list_len-unwritten": (lambda w: w.view.list_len(w.victim, "never"), MISSING),
     "search": (lambda w: w.view.search("secret"), []),
     "search-conversation": (lambda w: w.view.search("secret", conversation=w.victim), []),
+    "edit": (lambda w: w.view.edit(w.victim), Conversation()),
+    "changes": (lambda w: w.view.changes(w.victim), []),
+    "changes-since": (lambda w: w.view.changes(w.victim, since=1, limit=1), []),
+    "commit": (lambda w: _commit(w.view, Conversation(w.victim)), MISSING),
+    "commit-edited": (lambda w: _edit_and_commit(w.view, w.victim), MISSING),
+    "refresh": (lambda w: _refreshed(w.view, w.victim), Conversation()),
+    "revert": (lambda w: w.view.revert(w.victim, 0, by="alice"), MISSING),
+    "revert-1": (lambda w: w.view.revert(w.victim, 1, by="alice"), MISSING),
+    "newest_by": (lambda w: w.view.newest_by(w.victim, "editor"), None),
     "purge": (lambda w: w.view.purge(idle_for=timedelta(hours=1)), 0),
     "purge-all": (lambda w: w.view.purge(idle_for=timedelta(0)), 1),  # alice's own only
 }
@@ -153,6 +191,7 @@ PUBLIC_METHODS = {
     "read", "count", "write", "pop", "clear", "conversations", "exists", "load", "save",
     "fork", "add_summary", "summaries", "metadata", "merge_metadata", "list_append",
     "list_load", "list_len", "purge", "system_messages", "status", "lease", "search",
+    "edit", "changes", "commit", "refresh", "revert", "newest_by",
 }  # fmt: skip
 
 
@@ -306,8 +345,16 @@ async def test_view_works_on_its_own_conversations(store: Store) -> None:
     view = store.scoped(ALICE)
     c, branch = new_id(), new_id()
     await fill(view, c)
-    assert await view.count(c) == 5
-    assert [m.content for m in await view.read(c, limit=2)] == ["secret-2", "secret answer"]
+    assert await view.count(c) == 6  # with the edited-in entry
+    assert [m.content for m in await view.read(c, limit=2)] == ["secret answer", "secret note"]
+    found = await view.newest_by(c, "editor")
+    assert found is not None and found.content == "secret note"
+    value = await view.edit(c)
+    assert value.halted == "secret halt" and len(value.turns()) == 1
+    assert histstore.Conversation.fold(await view.changes(c)) == value
+    revision = await view.revert(c, 2, by=ALICE)
+    assert await view.count(c) == 5 and (await view.edit(c)).revision == revision
+    await view.revert(c, revision - 1, by=ALICE)
     assert await view.summaries(c) == await store.summaries(c)
     assert await view.metadata(c) == {"topic": "tests", "n": 1}
     assert await view.list_load(c, "events") == [{"e": 1}, b"\x01raw"]
