@@ -804,6 +804,10 @@ async def test_clear_leaves_nothing(store: Store, cid: str) -> None:
     other = new_id()
     await fill(store, cid)
     await store.write(cid, user_msgs(2), idempotency_key="key-1")
+    value = await store.edit(cid)  # an aside and a turn record too
+    value.add_aside({"note": 1})
+    value.open_turn()
+    await store.commit(value)
     await fill(store, other)
     other_rows = await raw_rows(store, other)
     rows = await raw_rows(store, cid)
