@@ -31,6 +31,7 @@ from ._search import Hit as Hit
 from ._search import indexed_text as indexed_text
 from ._semantic import SemanticIndex as SemanticIndex
 from ._store import Store as Store
+from .compaction import compact as compact
 from .middleware import with_history as with_history
 from .window import WindowStore as WindowStore
 
@@ -60,6 +61,7 @@ __all__ = [
     "WindowTooSmall",
     "WriteError",
     "WriteOutcome",
+    "compact",
     "connect",
     "indexed_text",
     "turns",

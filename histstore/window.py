@@ -21,6 +21,9 @@ __all__ = ["WindowStore"]
 _FIRST_TOKEN_PAGE = 64
 _MAX_PAGE = 1024
 
+# The author of the summaries ``histstore.compact`` makes by default (``summaries=True``).
+_COMPACT_AUTHOR = "histstore:compact"
+
 
 def _limit(name: str, value: object) -> int | None:
     if value is None:
@@ -52,6 +55,18 @@ def _merge_system(messages: Sequence[Message]) -> Message:
     return Message.system(content)
 
 
+def _summaries(value: object) -> str | None:
+    if value is False or value is None:
+        return None
+    if value is True:
+        return _COMPACT_AUTHOR
+    if not isinstance(value, str):
+        raise TypeError(f"summaries must be a bool or an author str, not {type(value).__name__}")
+    if not value:
+        raise ValueError("summaries must be a non-empty author str")
+    return value
+
+
 class WindowStore:
     """A view of a store whose ``read`` returns only what fits a context window.
 
@@ -67,9 +82,18 @@ class WindowStore:
     system message is new (``position`` is ``None``). ``write``, ``count``, ``pop``,
     ``clear`` and ``exists`` pass through to the store unchanged.
 
+    With ``summaries``, the newest entry of that author (``Store.newest_by``: the
+    summary ``histstore.compact`` made last) comes right after the merged system
+    message and counts toward the limits; the turns after it are the newest whole turns
+    that fit. When those turns reach back to the summary's own turn, the summary stands
+    there, in its place, and is not repeated. A summary that is a system message is
+    already part of the merged one.
+
     ``read`` costs what the window holds, not what the history holds: it fetches the
     system messages by index, then pages backwards from the newest message and stops at
     the first turn that does not fit. The pages are separate reads, not one snapshot.
+    With ``summaries``, one more read (``Store.newest_by``, whose cost does not grow with
+    the history either) finds the summary.
 
     Args:
         store: the store to read and write.
@@ -77,14 +101,18 @@ class WindowStore:
         max_tokens: the most tokens a window holds, as ``count_tokens`` counts them.
         count_tokens: ``Message -> int``; defaults to the store's (``connect(count_tokens=)``).
             Used only with ``max_tokens``.
+        summaries: ``True`` keeps the newest summary ``histstore.compact`` made (author
+            ``"histstore:compact"``); a str, the newest entry of that author (the ``by``
+            given to ``compact``); ``False`` (the default) none.
 
     Raises:
-        TypeError: a limit is not an int, or ``count_tokens`` is not callable.
-        ValueError: a limit is below 1, neither limit is given, or ``max_tokens`` is
-            given with no token counter here nor on the store.
+        TypeError: a limit is not an int, ``count_tokens`` is not callable, or
+            ``summaries`` is neither a bool nor a str.
+        ValueError: a limit is below 1, neither limit is given, ``max_tokens`` is
+            given with no token counter here nor on the store, or ``summaries`` is "".
     """
 
-    __slots__ = ("_count_tokens", "_max_messages", "_max_tokens", "_store")
+    __slots__ = ("_count_tokens", "_max_messages", "_max_tokens", "_store", "_summaries")
 
     def __init__(
         self,
@@ -93,6 +121,7 @@ class WindowStore:
         max_messages: int | None = None,
         max_tokens: int | None = None,
         count_tokens: Callable[[Message], int] | None = None,
+        summaries: bool | str = False,
     ) -> None:
         self._max_messages = _limit("max_messages", max_messages)
         self._max_tokens = _limit("max_tokens", max_tokens)
@@ -108,6 +137,7 @@ class WindowStore:
             )
         self._store = store
         self._count_tokens = counter
+        self._summaries = _summaries(summaries)
 
     @property
     def store(self) -> Store:
@@ -124,10 +154,16 @@ class WindowStore:
         """The most tokens a window holds, or ``None``."""
         return self._max_tokens
 
+    @property
+    def summaries(self) -> str | None:
+        """The author whose newest entry the window keeps as a summary, or ``None``."""
+        return self._summaries
+
     def __repr__(self) -> str:
+        summaries = "" if self._summaries is None else f", summaries={self._summaries!r}"
         return (
             f"WindowStore({self._store!r}, max_messages={self._max_messages},"
-            f" max_tokens={self._max_tokens})"
+            f" max_tokens={self._max_tokens}{summaries})"
         )
 
     def _tokens(self, message: Message) -> int:
@@ -150,13 +186,14 @@ class WindowStore:
         )
 
     async def read(self, conversation: str) -> list[Message]:
-        """The window: the merged system message, then the newest turns that fit.
+        """The window: the merged system message, (the newest summary,) then the newest
+        turns that fit.
 
         An unknown or empty conversation gives ``[]``.
 
         Raises:
-            WindowTooSmall: the newest turn (or the merged system message) alone does
-                not fit the limits.
+            WindowTooSmall: the merged system message, the summary (with ``summaries``)
+                and the newest turn do not fit the limits together.
             InvalidId: bad conversation id.
         """
         store = self._store
@@ -169,32 +206,46 @@ class WindowStore:
             used_messages, used_tokens = 1, self._tokens(merged)
             if not self._fits(used_messages, used_tokens):
                 raise self._too_small(conversation, "the merged system message")
+        summary = await self._summary(conversation)
+        if summary is not None:
+            used_messages += 1
+            used_tokens += self._tokens(summary)
+            if not self._fits(used_messages, used_tokens):
+                what = "the merged system message and the summary" if head else "the summary"
+                raise self._too_small(conversation, what)
+        summary_at = None if summary is None else summary.position
 
         kept: list[list[Message]] = []  # whole turns, newest first, each newest first
         turn: list[Message] = []  # the turn being gathered, newest first
-        turn_tokens = 0
+        turn_messages = turn_tokens = 0  # what it adds (the summary is counted already)
+        holds_summary = inside = False  # the turn being gathered / a kept one holds it
         stop: int | None = None
         size = _MAX_PAGE if self._max_tokens is None else _FIRST_TOKEN_PAGE
         while True:
             want = size
             if self._max_messages is not None:
                 # One message past the room left is enough to learn that a turn overflows.
-                want = min(want, self._max_messages - used_messages - len(turn) + 1)
+                want = min(want, self._max_messages - used_messages - turn_messages + 1)
             page = await store.read(conversation, stop=stop, limit=want)
             for m in reversed(page):
                 if _is_system(m):
                     continue  # already in the merged message
                 turn.append(m)
-                turn_tokens += self._tokens(m)
-                if not self._fits(used_messages + len(turn), used_tokens + turn_tokens):
-                    if not kept:
-                        raise self._too_small(conversation, "the newest turn")
-                    return _assemble(head, kept)
+                if summary_at is not None and m.position == summary_at:
+                    holds_summary = True
+                else:
+                    turn_messages += 1
+                    turn_tokens += self._tokens(m)
+                    if not self._fits(used_messages + turn_messages, used_tokens + turn_tokens):
+                        if not kept:
+                            raise self._too_small(conversation, _with(head, summary))
+                        return _assemble(head, None if inside else summary, kept)
                 if _starts_turn(m):
                     kept.append(turn)
-                    used_messages += len(turn)
+                    used_messages += turn_messages
                     used_tokens += turn_tokens
-                    turn, turn_tokens = [], 0
+                    inside = inside or holds_summary
+                    turn, turn_messages, turn_tokens, holds_summary = [], 0, 0, False
             first = page[0].position if page else None
             if len(page) < want or not first:  # reached position 0 (or the store ran dry)
                 break
@@ -202,7 +253,18 @@ class WindowStore:
             size = min(size * 2, _MAX_PAGE)
         if turn:
             kept.append(turn)  # the leading turn: what precedes the first user message
-        return _assemble(head, kept)
+            inside = inside or holds_summary
+        return _assemble(head, None if inside else summary, kept)
+
+    async def _summary(self, conversation: str) -> Message | None:
+        """The newest summary to keep, or ``None`` (also when it is a system message,
+        which the merged one holds already)."""
+        if self._summaries is None:
+            return None
+        found = await self._store.newest_by(conversation, self._summaries)
+        if found is None or _is_system(found):
+            return None
+        return found
 
     async def write(
         self,
@@ -234,8 +296,21 @@ class WindowStore:
         return await self._store.exists(conversation)
 
 
-def _assemble(head: list[Message], kept: list[list[Message]]) -> list[Message]:
+def _with(head: list[Message], summary: Message | None) -> str:
+    """What must fit beside the newest turn, named for ``WindowTooSmall``."""
+    if summary is None:
+        return "the newest turn"
+    if head:
+        return "the merged system message, the summary and the newest turn"
+    return "the summary and the newest turn"
+
+
+def _assemble(
+    head: list[Message], summary: Message | None, kept: list[list[Message]]
+) -> list[Message]:
     window = list(head)
+    if summary is not None:
+        window.append(summary)
     for turn in reversed(kept):
         window.extend(reversed(turn))
     return window
