@@ -98,7 +98,8 @@ async def raw_sqlite(path: Path, rows: list[Row], batch: int) -> None:
             )
             await db.executemany(
                 "INSERT INTO histstore_messages (conversation_id, position, role, data,"
-                " token_count, created_at, search_text) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " token_count, created_at, search_text, entry_id)"
+                " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?2 + 1)",
                 msgs,
             )
             await db.execute("COMMIT")
@@ -123,7 +124,8 @@ async def raw_postgres(url: str, rows: list[Row], batch: int) -> None:
                 )
                 await conn.executemany(
                     "INSERT INTO histstore_messages (conversation_id, position, role, data,"
-                    " token_count, created_at, search_text) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                    " token_count, created_at, search_text, entry_id)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $2 + 1)",
                     msgs,
                 )
 

@@ -95,8 +95,8 @@ UPSERT_SQL = (
 )
 INSERT_MESSAGE_SQL = (
     "INSERT INTO histstore_messages"
-    " (conversation_id, position, role, data, token_count, created_at, search_text)"
-    " VALUES ($1, $2, $3, $4, NULL, $5, $6)"
+    " (conversation_id, position, role, data, token_count, created_at, search_text, entry_id)"
+    " VALUES ($1, $2, $3, $4, NULL, $5, $6, $2 + 1)"
 )
 INSERT_WRITE_SQL = (
     'INSERT INTO histstore_writes (conversation_id, "key", position, count, digest, created_at)'
@@ -110,7 +110,8 @@ APPEND_ONE_SQL = (
     " digest, created_at) SELECT $1, $4, grown.length - $2, $2, $5, $3 FROM grown"
     " RETURNING position)"
     " INSERT INTO histstore_messages (conversation_id, position, role, data, created_at,"
-    " search_text) SELECT $1, recorded.position + t.ord - 1, t.role, t.data, $3, t.search"
+    " search_text, entry_id) SELECT $1, recorded.position + t.ord - 1, t.role, t.data, $3,"
+    " t.search, recorded.position + t.ord"
     " FROM recorded, unnest($6::text[], $7::text[], $8::text[])"
     " WITH ORDINALITY AS t(role, data, search, ord)"
 )
@@ -497,9 +498,10 @@ async def fill_postgres(url: str, cid: str, n: int, messages: list[dict[str, Any
                     "data",
                     "created_at",
                     "search_text",
+                    "entry_id",
                 ],
                 records=(
-                    (cid, p, *texts[p % len(texts)][:2], now, texts[p % len(texts)][2])
+                    (cid, p, *texts[p % len(texts)][:2], now, texts[p % len(texts)][2], p + 1)
                     for p in range(n)
                 ),
             )

@@ -50,14 +50,26 @@ def encode(change: Change, added: int | None = None) -> str:
 
 
 def logged(revision: int, kind: str, author: str | None, at: datetime, text: str) -> Logged:
-    """A record read back from the changes table."""
-    record: dict[str, Any] = _codec.decode(text)
-    added = record.pop("added", 0)
-    if not isinstance(added, int) or isinstance(added, bool) or added < 0:
-        raise HistStoreError("a stored change record has a bad count of added entries")
-    moved = record.pop("moved", [])
-    change = Change.from_record({"kind": kind, **record})
-    return Logged(replace(change, author=author, at=at, revision=revision), added, tuple(moved))
+    """A record read back from the changes table.
+
+    Raises:
+        HistStoreError: the stored record is not one ``encode`` made (a damaged database).
+    """
+    try:
+        record = _codec.decode(text)
+        if not isinstance(record, dict):
+            raise InvalidMessage("not an object")
+        added = record.pop("added", 0)
+        moved = record.pop("moved", [])
+        if not isinstance(added, int) or isinstance(added, bool) or added < 0:
+            raise InvalidMessage("a bad count of added entries")
+        if not isinstance(moved, list):
+            raise InvalidMessage("a bad list of moved asides")
+        change = Change.from_record({"kind": kind, **record})
+        change = replace(change, author=author, at=at, revision=revision)
+    except (ValueError, TypeError) as exc:  # InvalidMessage is a ValueError
+        raise HistStoreError(f"change record {revision} is damaged ({exc})") from None
+    return Logged(change, added, tuple(moved))
 
 
 def written(revision: int, at: datetime, appended: int) -> Logged:

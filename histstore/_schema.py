@@ -207,7 +207,7 @@ writes = Table(
 )
 
 # Every other change record (SPEC 11): edits, pops, saves, fork targets, imports.
-# ``record`` is the change's JSON (``_change_log.stored_record``): its parts with the
+# ``record`` is the change's JSON (``_change_log.encode``): its parts with the
 # entries it removed in full and the entries it added only counted, as those are
 # recovered from what followed.
 changes = Table(

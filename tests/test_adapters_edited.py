@@ -59,6 +59,7 @@ async def test_pydantic_ai_history(store: Store, cid: str) -> None:
     )
     await store.commit(value)
     got = await history.messages()
-    assert len(got) == 3 and isinstance(got[1], ModelResponse)
+    assert len(got) == 3
+    assert isinstance(got[1], ModelResponse)
     await history.add([ModelResponse(parts=[TextPart("a2")])])
     assert len(await history.messages()) == 4

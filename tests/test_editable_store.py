@@ -84,7 +84,9 @@ async def test_edit_of_an_unknown_conversation_is_empty_and_creates_nothing(
     store: Store, cid: str
 ) -> None:
     value = await store.edit(cid)
-    assert value.revision == 0 and value.entries == [] and value.conversation_id == cid
+    assert value.revision == 0
+    assert value.entries == []
+    assert value.conversation_id == cid
     assert not await store.exists(cid)
     assert await store.changes(cid) == []
 
@@ -94,9 +96,11 @@ async def test_commit_a_splice(store: Store, cid: str) -> None:
     value = await store.edit(cid)
     assert value.revision == 1
     spliced = value.splice(0, 2, [user("summary")], by="plugin:compact")
-    assert spliced.removed == [1, 2] and spliced.added == [5]
+    assert spliced.removed == [1, 2]
+    assert spliced.added == [5]
     assert await store.commit(value) == 2
-    assert value.revision == 2 and value.unsaved == ()
+    assert value.revision == 2
+    assert value.unsaved == ()
     got = await store.read(cid)
     assert [m.content for m in got] == ["summary", "q2", "a2"]
     assert [m.position for m in got] == [0, 1, 2]
@@ -140,13 +144,15 @@ async def test_a_write_in_between_makes_commit_conflict(store: Store, cid: str) 
     await store.write(cid, [user("other")])
     with pytest.raises(ConflictError):
         await store.commit(value)
-    assert len(value.unsaved) == 1 and value.revision == 1  # left as it was
+    assert len(value.unsaved) == 1
+    assert value.revision == 1
     assert await contents(store, cid) == ["a", "other"]
     with pytest.raises(ConflictError):
         await store.refresh(value)
     value.discard()
     await store.refresh(value)
-    assert value.revision == 2 and [m.content for m in value.messages] == ["a", "other"]
+    assert value.revision == 2
+    assert [m.content for m in value.messages] == ["a", "other"]
     value.push(bot("b"))
     assert await store.commit(value) == 3
     await folds(store, cid)
@@ -181,9 +187,12 @@ async def test_pop_is_a_change_and_ids_are_never_given_again(store: Store, cid: 
     aside = value.add_aside({"note": 1}, after=2)
     await store.commit(value)
     popped = await store.pop(cid)
-    assert popped is not None and popped.entry_id == 2 and popped.position == 1
+    assert popped is not None
+    assert popped.entry_id == 2
+    assert popped.position == 1
     log = await store.changes(cid)
-    assert log[-1].kind == "pop" and [e.entry_id for e in log[-1].removed] == [2]
+    assert log[-1].kind == "pop"
+    assert [e.entry_id for e in log[-1].removed] == [2]
     assert log[-1].moved == ((aside, 2, 1),)
     value = await folds(store, cid)
     assert value.asides()[0].after == 1  # follows the entry before the popped one
@@ -205,7 +214,8 @@ async def test_revert_brings_back_ids_authors_and_times(store: Store, cid: str) 
     assert [m.entry_id for m in got] == [m.entry_id for m in before]
     assert [m.created_at for m in got] == [m.created_at for m in before]
     log = await store.changes(cid)
-    assert log[-1].kind == "revert" and log[-1].author == "user:undo"
+    assert log[-1].kind == "revert"
+    assert log[-1].author == "user:undo"
     await folds(store, cid)
     # A revert can be reverted; reverting to the current revision changes nothing.
     assert await store.revert(cid, 3, by="user:redo") == 5
@@ -226,7 +236,8 @@ async def test_revert_of_bad_revisions(store: Store, cid: str) -> None:
     for by in ("", None, 3):
         with pytest.raises(InvalidMessage):
             await store.revert(cid, 0, by=by)  # type: ignore[arg-type]
-    assert await store.changes(cid) != [] and (await store.edit(cid)).revision == 1
+    assert await store.changes(cid) != []
+    assert (await store.edit(cid)).revision == 1
 
 
 async def test_asides_halt_and_turn_records_are_kept(store: Store, cid: str) -> None:
@@ -239,13 +250,15 @@ async def test_asides_halt_and_turn_records_are_kept(store: Store, cid: str) -> 
     await store.commit(value)
     loaded = await store.edit(cid)
     assert loaded == value
-    assert loaded.halted == "user pressed stop" and not loaded.awaits_model
+    assert loaded.halted == "user pressed stop"
+    assert not loaded.awaits_model
     assert [(a.aside_id, a.after, a.value) for a in loaded.asides()] == [
         (note, first, {"shown": "to the user only"})
     ]
     (turn,) = loaded.turns()
     assert (turn.number, turn.start, turn.end) == (1, first, "halted")
-    assert turn.opened_at is not None and turn.ended_at is not None
+    assert turn.opened_at is not None
+    assert turn.ended_at is not None
     assert loaded.context_used() == 120
     assert loaded.request_view() == [Message.from_dict(user("question"))]
     await folds(store, cid)
@@ -257,7 +270,8 @@ async def test_asides_halt_and_turn_records_are_kept(store: Store, cid: str) -> 
     loaded.open_turn()
     await store.commit(loaded)
     again = await store.edit(cid)
-    assert [a.value for a in again.asides()] == ["changed"] and len(again.turns()) == 2
+    assert [a.value for a in again.asides()] == ["changed"]
+    assert len(again.turns()) == 2
     again.remove_aside(note)
     await store.commit(again)
     assert (await folds(store, cid)).asides() == []
@@ -271,7 +285,8 @@ async def test_save_fork_and_clear_keep_the_log_whole(store: Store, cid: str) ->
     )
     log = await store.changes(cid)
     assert [c.kind for c in log] == ["write", "save"]
-    assert len(log[1].removed) == 2 and len(log[1].added) == 3
+    assert len(log[1].removed) == 2
+    assert len(log[1].added) == 3
     assert await ids(store, cid) == [3, 4, 5]
     await folds(store, cid)
     await store.write(cid, [user("retry")], idempotency_key="k")
@@ -281,7 +296,8 @@ async def test_save_fork_and_clear_keep_the_log_whole(store: Store, cid: str) ->
     assert await ids(store, target) == [3, 4]
     await folds(store, target)
     await store.clear(cid)
-    assert await store.changes(cid) == [] and (await store.edit(cid)).revision == 0
+    assert await store.changes(cid) == []
+    assert (await store.edit(cid)).revision == 0
     await store.write(cid, [user("again")])
     assert await ids(store, cid) == [1]  # a conversation made again starts over
 
@@ -336,7 +352,8 @@ async def test_a_commit_that_fails_half_way_leaves_everything_as_it_was(
     faults.fail_insert_into = None
     assert await contents(store, cid) == ["a", "b", "c"]
     assert (await store.edit(cid)).asides() == []
-    assert len(value.unsaved) == 2 and value.revision == 1
+    assert len(value.unsaved) == 2
+    assert value.revision == 1
     assert await store.search("summary", conversation=cid) == []
     assert await store.commit(value) == 3
     assert await contents(store, cid) == ["summary", "c"]
@@ -348,7 +365,8 @@ async def test_scoped_views(store: Store, cid: str) -> None:
     await alice.write(cid, [user("mine")])
     assert (await alice.edit(cid)).revision == 1
     foreign = await bob.edit(cid)
-    assert foreign.revision == 0 and foreign.entries == []
+    assert foreign.revision == 0
+    assert foreign.entries == []
     assert await bob.changes(cid) == []
     assert await bob.newest_by(cid, "x") is None
     with pytest.raises(NotFound):
@@ -376,7 +394,9 @@ async def test_newest_by(store: Store, cid: str) -> None:
     value.splice(3, 3, [user("s2")], by="plugin:compact")
     await store.commit(value)
     found = await store.newest_by(cid, "plugin:compact")
-    assert found is not None and found.content == "s2" and found.position == 3
+    assert found is not None
+    assert found.content == "s2"
+    assert found.position == 3
     assert found.author == "plugin:compact"
 
 
@@ -415,7 +435,9 @@ async def test_concurrent_writes_commits_and_pops_never_lose_an_entry(
                     popped.append(m.content)
                 await asyncio.sleep(0)
 
-        await asyncio.gather(*(writer(i) for i in range(3)), *(editor(i) for i in range(2)), popper())
+        await asyncio.gather(
+            *(writer(i) for i in range(3)), *(editor(i) for i in range(2)), popper()
+        )
         value = await folds(store, cid)
         held = [m.content for m in value.messages]
         assert sorted(held + popped) == sorted(["seed", *written])

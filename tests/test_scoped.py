@@ -348,12 +348,15 @@ async def test_view_works_on_its_own_conversations(store: Store) -> None:
     assert await view.count(c) == 6  # with the edited-in entry
     assert [m.content for m in await view.read(c, limit=2)] == ["secret answer", "secret note"]
     found = await view.newest_by(c, "editor")
-    assert found is not None and found.content == "secret note"
+    assert found is not None
+    assert found.content == "secret note"
     value = await view.edit(c)
-    assert value.halted == "secret halt" and len(value.turns()) == 1
+    assert value.halted == "secret halt"
+    assert len(value.turns()) == 1
     assert histstore.Conversation.fold(await view.changes(c)) == value
     revision = await view.revert(c, 2, by=ALICE)
-    assert await view.count(c) == 5 and (await view.edit(c)).revision == revision
+    assert await view.count(c) == 5
+    assert (await view.edit(c)).revision == revision
     await view.revert(c, revision - 1, by=ALICE)
     assert await view.summaries(c) == await store.summaries(c)
     assert await view.metadata(c) == {"topic": "tests", "n": 1}
