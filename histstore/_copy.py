@@ -7,6 +7,12 @@ limit, a hole in its positions ...) raises ``InvalidMessage`` (or ``InvalidId``)
 it, before anything of it is written; the conversations before it are kept. A
 conversation already at the destination is made equal to the source's, writing only
 what differs (``_transfer_sync``), so copying again converges.
+
+The editable history is carried whole (entry ids and authors, revision, next ids,
+halt, asides, turn records and the change log as stored, a plain write's record moving
+from the source's idempotency rows to the destination's changes table) and checked as
+an import checks a version-2 file (``_transfer_edits.Edits``) before the conversation
+is stored.
 """
 
 from __future__ import annotations
@@ -17,10 +23,12 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from . import _codec, _rules
+from ._entries import check_author
 from ._errors import HistStoreError, InvalidMessage
 from ._ids import validate_id
 from ._models import Message, Summary
 from ._store import Store
+from ._transfer_edits import Edits
 from ._transfer_format import DEFAULT_BATCH, Progress, TransferStats, now
 from ._transfer_read import Page, Source, StoredConversation
 from ._transfer_sync import Incoming, MessageRows
@@ -80,10 +88,13 @@ async def _copy_conversation(
     progress: Progress | None,
 ) -> None:
     cid = conv.id
-    writer.begin(_named(cid, _incoming, conv))
+    incoming = _named(cid, _incoming, conv)
+    edits = incoming.edits
+    assert edits is not None
+    writer.begin(incoming)
     expected = 0
     async for rows in page.messages(conv):
-        checked = _named(cid, _messages, cid, rows, expected, limit)
+        checked = _named(cid, _messages, cid, rows, expected, limit, edits)
         expected += len(rows)
         await writer.messages(checked)
         stats.messages += len(rows)
@@ -93,6 +104,20 @@ async def _copy_conversation(
         raise InvalidMessage(
             f"conversation {cid!r} holds {expected} messages where its row says {conv.length}"
         )
+    for aside_id, after, home, value in conv.asides:
+        decoded = _named(cid, _codec.decode, value)
+        _named(cid, edits.aside, aside_id, after, home, decoded, value)
+    for number, start, opened, end, ended, usage in conv.turns:
+        opened = _named(cid, _rules.time, opened, "a turn record's opening time")
+        if ended is not None:
+            ended = _named(cid, _rules.time, ended, "a turn record's end time")
+        counts = None if usage is None else _named(cid, _codec.decode, usage)
+        _named(cid, edits.turn, number, start, opened, end, ended, counts)
+    async for records in page.changes(conv):
+        for revision, kind, author, at, text in records:
+            at = _named(cid, _rules.time, at, "a change record's time")
+            _named(cid, edits.change, revision, kind, author, at, text)
+    _named(cid, edits.check)
     for row in conv.summaries:
         writer.summary(_named(cid, _summary, cid, row))
     for name, length in conv.lists:
@@ -135,25 +160,32 @@ def _incoming(conv: StoredConversation) -> Incoming:
         _rules.time(conv.created_at, "creation time"),
         _rules.time(conv.updated_at, "last change time"),
         metadata=_rules.metadata_rows(conv.id, values),
+        edits=Edits(conv.id, *conv.editable),
     )
 
 
-def _messages(cid: str, rows: Sequence[Sequence[Any]], first: int, limit: int) -> MessageRows:
+def _messages(
+    cid: str, rows: Sequence[Sequence[Any]], first: int, limit: int, edits: Edits
+) -> MessageRows:
     """Message rows as import makes them, by the same rules.
 
     The JSON text was checked by the source store when it was written; what the
-    destination decides anew is its size limit, the token counts, the times and the
-    role column (``_rules.role_key``: an old store may hold a NUL there).
+    destination decides anew is its size limit, the token counts, the times, the
+    role column (``_rules.role_key``: an old store may hold a NUL there), the entry ids
+    and the authors.
     """
     roles: list[str] = []
     datas: list[str] = []
     tokens: list[int | None] = []
     times: list[datetime] = []
     texts: list[str | None] = []
+    ids: list[int] = []
+    authors: list[str | None] = []
     stamp: datetime | None = None
     seen: Any = None
     checked = now()
-    for i, (position, role, text, count, created, search, *_) in enumerate(rows):
+    check_id = edits.entry_id
+    for i, (position, role, text, count, created, search, entry_id, author, *_) in enumerate(rows):
         if position != first + i:
             raise InvalidMessage(f"message at position {position} where {first + i} was expected")
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
@@ -173,7 +205,10 @@ def _messages(cid: str, rows: Sequence[Sequence[Any]], first: int, limit: int) -
             stamp = checked if created is None else _rules.time(created, "message time")
         times.append(stamp)
         texts.append(search)  # the source's ``indexed_text``, made by the same function
-    return MessageRows(first, roles, datas, tokens, times, texts)
+        ids.append(check_id(entry_id))
+        authors.append(None if author is None else check_author(author))
+    edits.take_ids(ids)
+    return MessageRows(first, roles, datas, tokens, times, texts, ids, authors)
 
 
 def _summary(cid: str, row: dict[str, Any]) -> dict[str, Any]:

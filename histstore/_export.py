@@ -25,6 +25,8 @@ from ._transfer_format import (
     FormatError,
     Progress,
     TransferStats,
+    aside_line,
+    change_line,
     conversation_line,
     end_line,
     footer_line,
@@ -33,6 +35,7 @@ from ._transfer_format import (
     list_line,
     message_lines,
     summary_line,
+    turn_line,
 )
 from ._transfer_read import Page, Source, StoredConversation
 
@@ -57,7 +60,10 @@ async def export_store(
     batch: int = DEFAULT_BATCH,
     progress: Progress | None = None,
 ) -> TransferStats:
-    """Write the store's conversations (or those given, or a user's) as JSON Lines.
+    """Write the store's conversations (or those given, or a user's) as JSON Lines
+    (format version 2, ``_transfer_format``): everything but idempotency records,
+    editable history included (entry ids and authors, asides, halts, turn records and
+    the change log as stored).
 
     A scoped view exports only its user's conversations.
 
@@ -105,6 +111,7 @@ async def _export_conversation(
             conv.updated_at,
             conv.length,
             metadata,
+            conv.editable,
         )
     )
     async for rows in page.messages(conv):
@@ -112,6 +119,10 @@ async def _export_conversation(
         stats.messages += len(rows)
         if progress is not None:
             progress(stats)
+    out.write("".join(aside_line(r) for r in conv.asides))
+    out.write("".join(turn_line(r) for r in conv.turns))
+    async for records in page.changes(conv):
+        out.write("".join(change_line(r) for r in records))
     out.write("".join(summary_line(r) for r in conv.summaries))
     for name, length in conv.lists:
         out.write(list_line(name, length))

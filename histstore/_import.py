@@ -7,6 +7,13 @@ a list's items, the footer's totals) must match what the file holds. A value the
 refuses is a ``FormatError`` naming the line, raised before anything of that
 conversation is stored; the conversations before it are kept, whatever ``batch`` is.
 
+A version-2 file carries each conversation's editable history (entry ids and authors,
+revision, next ids, halt, asides, turn records, change log), checked by
+``_transfer_edits.Edits``: a record's own faults name its line; a log that does not
+build the conversation (revisions not 1 to its revision, an entry id twice, counts that
+do not fit) names the conversation record's line. A version-1 file's entries get new
+ids and its conversations a change log of one ``"import"`` record.
+
 A conversation already at the destination is made equal to the file's, writing only
 what differs (``_transfer_sync``); one that is equal already counts as skipped. So
 importing a file again, or a corrected file, converges to the same store. Conversations
@@ -20,10 +27,12 @@ from datetime import datetime
 from typing import Any, cast
 
 from . import _codec, _rules
-from ._errors import InvalidMessage
+from ._entries import check_author
+from ._errors import HistStoreError, InvalidMessage
 from ._models import Summary
 from ._search import indexed_text
 from ._store import Store
+from ._transfer_edits import Edits
 from ._transfer_format import (
     DEFAULT_BATCH,
     FORMAT_NAME,
@@ -59,7 +68,7 @@ async def import_store(
         raise ValueError("batch must be at least 1")
     stats = TransferStats()
     reader = Reader(lines, stats)
-    _header(reader)
+    version = _header(reader)
     ctx = store._ctx
 
     def done(incoming: Incoming, changed: bool) -> None:
@@ -79,7 +88,7 @@ async def import_store(
             if kind != "conversation":
                 raise reader.error(f"expected a conversation record, found {kind!r}")
             counted[0] += 1
-            incoming = _incoming(reader, record)
+            incoming = _incoming(reader, record, version)
             writer.begin(incoming)
             await _conversation(reader, writer, incoming, batch, ctx.settings.max_message_bytes)
             counted[1] += incoming.length
@@ -94,7 +103,8 @@ async def import_store(
     return stats
 
 
-def _header(reader: Reader) -> None:
+def _header(reader: Reader) -> int:
+    """The file's format version."""
     header = reader.next()
     if header is None or header.get("format") != FORMAT_NAME:
         raise reader.error("not a histstore export (no header)")
@@ -103,9 +113,10 @@ def _header(reader: Reader) -> None:
         raise reader.error("the header has no valid 'version'")
     if version > FORMAT_VERSION:
         raise reader.error(
-            f"the file is format version {version}; this histstore reads version"
+            f"the file is format version {version}; this histstore reads versions 1 to"
             f" {FORMAT_VERSION} (upgrade histstore)"
         )
+    return version
 
 
 def _footer(reader: Reader, record: dict[str, Any], counted: list[int]) -> None:
@@ -120,7 +131,7 @@ def _footer(reader: Reader, record: dict[str, Any], counted: list[int]) -> None:
         raise reader.error("records after the footer")
 
 
-def _incoming(reader: Reader, record: dict[str, Any]) -> Incoming:
+def _incoming(reader: Reader, record: dict[str, Any], version: int) -> Incoming:
     cid = reader.ident(record, "id", "conversation id")
     user = record.get("user")
     if user is not None:
@@ -136,14 +147,33 @@ def _incoming(reader: Reader, record: dict[str, Any]) -> Incoming:
         reader.time(record, "created_at"),
         reader.time(record, "updated_at"),
         metadata=reader.metadata(cid, record.get("metadata")),
+        edits=_edits(reader, record, cid) if version >= 2 else None,
+    )
+
+
+def _edits(reader: Reader, record: dict[str, Any], cid: str) -> Edits:
+    """The editable state a version-2 conversation record announces."""
+    halted = record.get("halted")
+    if halted is not None:
+        halted = reader.rule(check_author, halted, what="'halted'")
+    return reader.rule(
+        Edits,
+        cid,
+        reader.count(record, "revision"),
+        reader.count(record, "next_entry"),
+        reader.count(record, "next_aside"),
+        halted,
     )
 
 
 class _Messages:
     """Message records of one conversation, checked and handed over a batch at a time."""
 
-    def __init__(self, reader: Reader, writer: Writer, cid: str, limit: int, batch: int) -> None:
-        self.reader, self.writer, self.cid, self.limit = reader, writer, cid, limit
+    def __init__(
+        self, reader: Reader, writer: Writer, incoming: Incoming, limit: int, batch: int
+    ) -> None:
+        self.reader, self.writer, self.cid, self.limit = reader, writer, incoming.id, limit
+        self.edits = incoming.edits
         self.batch = batch
         self.count = 0
         self._records: list[dict[str, Any]] = []
@@ -160,6 +190,14 @@ class _Messages:
                 f"conversation {self.cid!r}: message at position {got} where"
                 f" {self.count} was expected"
             )
+        edits = self.edits
+        if edits is not None:
+            entry_id = record.get("entry_id")
+            if type(entry_id) is not int or not 0 < entry_id < edits.next_entry:
+                reader.rule(edits.entry_id, entry_id)  # raises, naming the line
+            author = record.get("author")
+            if author is not None:
+                reader.rule(check_author, author, what="a message's 'author'")
         self.count += 1
         self._records.append(record)
         self._times.append(reader.time(record, "created_at"))
@@ -184,6 +222,12 @@ class _Messages:
             raise self.reader.error(f"conversation {self.cid!r}: a message is refused")
         self._records, self._times, self._lines = [], [], []
         messages = checked.messages
+        ids: list[int] | None = None
+        authors: list[str | None] | None = None
+        if self.edits is not None:  # checked by ``add``
+            ids = [r["entry_id"] for r in records]
+            authors = [r.get("author") for r in records]
+            self.edits.take_ids(ids)
         await self.writer.messages(
             MessageRows(
                 first,
@@ -192,6 +236,8 @@ class _Messages:
                 checked.tokens,
                 cast("list[datetime]", checked.times),  # every record has its time
                 [indexed_text(m) for m in messages],
+                ids,
+                authors,
             )
         )
 
@@ -217,8 +263,9 @@ class _Messages:
 async def _conversation(
     reader: Reader, writer: Writer, incoming: Incoming, batch: int, limit: int
 ) -> None:
-    cid = incoming.id
-    messages = _Messages(reader, writer, cid, limit, batch)
+    cid, edits = incoming.id, incoming.edits
+    line = reader.number  # the conversation record's
+    messages = _Messages(reader, writer, incoming, limit, batch)
     lists: set[str] = set()
     while True:
         record = reader.next()
@@ -244,6 +291,8 @@ async def _conversation(
             if record.get("id") != cid:
                 raise reader.error(f"the end record does not match conversation {cid!r}")
             break
+        elif edits is not None and kind in _EDITS:
+            _EDITS[kind](reader, edits, record)
         else:
             raise reader.error(f"unexpected {kind!r} record in conversation {cid!r}")
     if messages.count != incoming.length:
@@ -251,6 +300,40 @@ async def _conversation(
             f"conversation {cid!r} has {messages.count} messages where its record"
             f" says {incoming.length}"
         )
+    if edits is not None:
+        try:
+            edits.check()
+        except HistStoreError as exc:
+            raise reader.error(str(exc), line) from None
+
+
+def _aside(reader: Reader, edits: Edits, record: dict[str, Any]) -> None:
+    if "value" not in record:
+        raise reader.error("an aside has no 'value'")
+    value = record["value"]
+    text = reader.rule(_codec.encode_decoded, value, what="an aside's value")[0]
+    reader.rule(edits.aside, record.get("id"), record.get("after"), record.get("home"), value, text)
+
+
+def _turn(reader: Reader, edits: Edits, record: dict[str, Any]) -> None:
+    opened = reader.time(record, "opened_at")
+    ended = None if record.get("ended_at") is None else reader.time(record, "ended_at")
+    number, start, end, usage = (record.get(k) for k in ("number", "start", "end", "usage"))
+    reader.rule(edits.turn, number, start, opened, end, ended, usage)
+
+
+_HEAD = ("type", "revision", "kind", "author", "at")
+
+
+def _change(reader: Reader, edits: Edits, record: dict[str, Any]) -> None:
+    at = reader.time(record, "at")
+    rest = {k: v for k, v in record.items() if k not in _HEAD}
+    text = reader.rule(_codec.encode_decoded, rest, what="a change record")[0]
+    kind, author = record.get("kind"), record.get("author")
+    reader.rule(edits.change, record.get("revision"), kind, author, at, text)
+
+
+_EDITS = {"aside": _aside, "turn": _turn, "change": _change}
 
 
 def _summary(reader: Reader, record: dict[str, Any], cid: str, seq: int) -> dict[str, Any]:

@@ -341,13 +341,23 @@ class Statements:
                     _conv.c.created_at,
                     _conv.c.updated_at,
                     _conv.c.next_entry,
+                    _conv.c.revision,
+                    _conv.c.next_aside,
+                    _conv.c.halted,
                 ).where(owned),
             )
         )
         start = bindparam("start", type_=BigInteger)
         stop = bindparam("stop", type_=BigInteger)
         self.message_rows = compile_(
-            select(_msg.c.position, _msg.c.data, _msg.c.token_count, _msg.c.created_at)
+            select(
+                _msg.c.position,
+                _msg.c.data,
+                _msg.c.token_count,
+                _msg.c.created_at,
+                _msg.c.entry_id,
+                _msg.c.author,
+            )
             .where(_msg.c.conversation_id == conv_id, _msg.c.position >= start)
             .where(_msg.c.position < stop)
             .order_by(_msg.c.position)

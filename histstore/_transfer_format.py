@@ -1,6 +1,6 @@
 """The export format: JSON Lines records, written and read back.
 
-The export format (version 1)
+The export format (version 2)
 -----------------------------
 
 UTF-8 text, one JSON object per line. Times are ISO 8601 strings in UTC with
@@ -8,11 +8,21 @@ microseconds (``2025-01-31T12:00:00.123456+00:00``). The first line is the heade
 last the footer; in between, each conversation is a ``conversation`` record, the
 records that belong to it, and an ``end`` record::
 
-    {"format": "histstore", "version": 1, "exported_at": TIME}
+    {"format": "histstore", "version": 2, "exported_at": TIME}
     {"type": "conversation", "id": ID, "user": OWNER|null, "system_prompt": STR|null,
-     "created_at": TIME, "updated_at": TIME, "messages": N, "metadata": {KEY: VALUE}}
+     "created_at": TIME, "updated_at": TIME, "messages": N, "metadata": {KEY: VALUE},
+     "revision": R, "next_entry": E, "next_aside": A, "halted": STR|null}
     {"type": "message", "position": P, "created_at": TIME, "token_count": INT|null,
-     "data": MESSAGE}                       N of these, positions 0 to N-1 in order
+     "entry_id": ID, "author": STR|null, "data": MESSAGE}
+                                            N of these, positions 0 to N-1 in order
+    {"type": "aside", "id": ID, "after": ENTRY|null, "home": ENTRY|null, "value": VALUE}
+                                            the asides now, by id
+    {"type": "turn", "number": K, "start": ENTRY, "opened_at": TIME,
+     "end": "completed"|"stopped"|"failed"|"halted"|null, "ended_at": TIME|null,
+     "usage": {"input": I, "output": O, "cache_read": C, "cache_write": W}|null}
+                                            the turn records, numbered 1, 2, ...
+    {"type": "change", "revision": V, "kind": KIND, "author": STR|null, "at": TIME,
+     ...the stored record's keys}           R of these, revisions 1 to R in order
     {"type": "summary", "start": S, "end": E, "content": VALUE, "token_count": INT|null,
      "created_at": TIME}                    in the order they were added
     {"type": "list", "name": NAME, "length": K}
@@ -21,11 +31,28 @@ records that belong to it, and an ``end`` record::
     {"type": "end", "id": ID}
     {"type": "footer", "conversations": C, "messages": M}
 
-``MESSAGE`` is the message's JSON object exactly as stored. Idempotency records are
-not exported. The footer counts every conversation record and every message record of
-the file; a reader checks them. A reader refuses a file whose ``version`` is newer than
-it knows; later versions only add record types or keys, which a version-1 reader
-ignores.
+``MESSAGE`` is the message's JSON object exactly as stored. A conversation's editable
+history (SPEC 11) is carried whole: the conversation record holds its revision (the
+number of its change records), the next entry and aside ids it hands out and its halt
+(the reason, or null); each message its entry id and author (null for what ``write``
+stored). An ``aside`` is a JSON value drawn after the entry ``after`` (null: before
+every entry); ``home`` is the entry it was put after. A ``change`` record is the change
+as the store keeps it (``_change_log``), streamed as it is: beside ``revision``,
+``kind``, ``author`` and ``at``, the keys of its parts that it has, ``start`` (null or
+missing: at the end), ``removed`` (the entries it removed, in full: ``{"id",
+"message", "author"?, "created_at"?}``), ``added`` (how many entries it added: only
+counted, as they are recovered from the entries that followed), ``moved`` (``[aside,
+from, to]`` triples), ``asides`` (``{"id", "before", "after"}`` states), ``halt``
+(``[before, after]``) and ``turn``. A plain write's record is ``{"kind": "write",
+"added": N}``: it appended N messages at the end. A reader checks that the records
+rebuild the entries and fold to the asides, halt and turn records, and refuses the
+conversation otherwise.
+
+Idempotency records are not exported. The footer counts every conversation record and
+every message record of the file; a reader checks them. A reader refuses a file whose
+``version`` is newer than it knows. Version 1 is version 2 without the editable
+history (no such keys or records): its messages get new entry ids, 1 to N, and its
+conversations a change log of one record of kind ``"import"`` holding their entries.
 """
 
 from __future__ import annotations
@@ -49,18 +76,21 @@ __all__ = [
     "Progress",
     "Reader",
     "TransferStats",
+    "aside_line",
+    "change_line",
     "conversation_line",
     "footer_line",
     "header_line",
     "item_line",
     "message_lines",
     "summary_line",
+    "turn_line",
 ]
 
 T = TypeVar("T")
 
 FORMAT_NAME = "histstore"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 DEFAULT_BATCH = 1000
 
 
@@ -124,31 +154,81 @@ def conversation_line(
     updated_at: datetime,
     length: int,
     metadata: Iterable[tuple[str, str]],
+    editable: tuple[int, int, int, str | None],
 ) -> str:
-    """A conversation record; ``metadata`` holds (key, JSON text) pairs."""
+    """A conversation record; ``metadata`` holds (key, JSON text) pairs, ``editable`` the
+    revision, next entry id, next aside id and halt."""
     md = ",".join(f"{_str(k)}:{v}" for k, v in metadata)
+    revision, next_entry, next_aside, halted = editable
     return (
         f'{{"type":"conversation","id":{_str(cid)},"user":{_str(owner)},'
         f'"system_prompt":{_str(system_prompt)},'
         f'"created_at":"{time_text(created_at)}","updated_at":"{time_text(updated_at)}",'
-        f'"messages":{length},"metadata":{{{md}}}}}\n'
+        f'"messages":{length},"metadata":{{{md}}},"revision":{int(revision)},'
+        f'"next_entry":{int(next_entry)},"next_aside":{int(next_aside)},'
+        f'"halted":{_str(halted)}}}\n'
     )
 
 
 def message_lines(rows: Sequence[Sequence[Any]]) -> str:
-    """Message records for rows of (position, role, data, token_count, created_at)."""
+    """Message records for rows of (position, role, data, token_count, created_at,
+    search_text, entry_id, author)."""
     parts = []
     last: datetime | None = None
     stamp = ""
-    for position, _role, data, tokens, created, *_ in rows:
+    for position, _role, data, tokens, created, _text, entry_id, author, *_ in rows:
         if created != last:  # a batch's messages share their time: format it once
             last, stamp = created, time_text(created)
         count = "null" if tokens is None else int(tokens)
+        by = "null" if author is None else _str(author)
         parts.append(
             f'{{"type":"message","position":{position},"created_at":"{stamp}",'
-            f'"token_count":{count},"data":{data}}}\n'
+            f'"token_count":{count},"entry_id":{int(entry_id)},"author":{by},"data":{data}}}\n'
         )
     return "".join(parts)
+
+
+def aside_line(row: Sequence[Any]) -> str:
+    """An aside record for a row of (aside_id, after, home, value JSON text)."""
+    aside_id, after, home, value = row
+    return (
+        f'{{"type":"aside","id":{int(aside_id)},"after":{_id(after)},"home":{_id(home)},'
+        f'"value":{value}}}\n'
+    )
+
+
+def turn_line(row: Sequence[Any]) -> str:
+    """A turn record for a row of (number, start, opened_at, end, ended_at, usage JSON
+    text or ``None``)."""
+    number, start, opened_at, end, ended_at, usage = row
+    ended = "null" if ended_at is None else f'"{time_text(ended_at)}"'
+    return (
+        f'{{"type":"turn","number":{int(number)},"start":{int(start)},'
+        f'"opened_at":"{time_text(opened_at)}","end":{_str(end)},"ended_at":{ended},'
+        f'"usage":{"null" if usage is None else usage}}}\n'
+    )
+
+
+def change_line(row: Sequence[Any]) -> str:
+    """A change record for a stored one: (revision, kind, author, at, the record's JSON
+    object text), its keys spliced in as they are.
+
+    Raises:
+        HistStoreError: the stored text is not a JSON object (a damaged database).
+    """
+    revision, kind, author, at, record = row
+    body = record.strip()
+    if not (body.startswith("{") and body.endswith("}")):
+        raise HistStoreError(f"change record {revision} is damaged (not a JSON object)")
+    inner = body[1:-1].strip()
+    return (
+        f'{{"type":"change","revision":{int(revision)},"kind":{_str(kind)},'
+        f'"author":{_str(author)},"at":"{time_text(at)}"{"," if inner else ""}{inner}}}\n'
+    )
+
+
+def _id(value: int | None) -> str:
+    return "null" if value is None else str(int(value))
 
 
 def summary_line(row: Mapping[str, Any]) -> str:

@@ -2,9 +2,11 @@
 
 A page is a run of conversations (in id order, or in the order given) whose messages add
 up to about ten batches; it is read in one snapshot transaction, so a conversation's
-row, messages and lists always agree. Messages and list items are read a batch at a
-time, so memory stays bounded however large a conversation is. Through a scoped view
-only the view's user's conversations are seen; any other id is ``NotFound``.
+row, messages, lists and editable history (entry ids and authors, asides, turn
+records, change log) always agree. Messages, list items and change records are read a
+batch at a time, so memory stays bounded however large a conversation is. Through a
+scoped view only the view's user's conversations are seen; any other id is
+``NotFound``.
 """
 
 from __future__ import annotations
@@ -20,19 +22,30 @@ from sqlalchemy.types import NullType
 
 from . import _schema as s
 from ._context import Context, not_found
+from ._transfer_edits import LogRow, write_record
 
 __all__ = ["Page", "Source", "StoredConversation"]
 
 _conv = s.conversations
 _msg = s.messages
 _PAGE = 200  # conversations looked at per page of ids
-_ROWS = ("position", "role", "data", "token_count", "created_at", "search_text")
+_ROWS = (
+    "position",
+    "role",
+    "data",
+    "token_count",
+    "created_at",
+    "search_text",
+    "entry_id",
+    "author",
+)
 Row = Sequence[Any]
 
 
 @dataclass
 class StoredConversation:
-    """One conversation's row and its small parts (messages and list items stream)."""
+    """One conversation's row and its small parts (messages, list items and the change
+    log stream)."""
 
     id: str
     owner: str | None
@@ -40,9 +53,20 @@ class StoredConversation:
     length: int
     created_at: datetime
     updated_at: datetime
+    revision: int = 0
+    next_entry: int = 1
+    next_aside: int = 1
+    halted: str | None = None
     metadata: list[tuple[str, str]] = field(default_factory=list)  # stored key, JSON text
     summaries: list[dict[str, Any]] = field(default_factory=list)  # table columns
     lists: list[tuple[str, int]] = field(default_factory=list)
+    asides: list[Row] = field(default_factory=list)  # aside_id, after, home, value text
+    turns: list[Row] = field(default_factory=list)  # number .. usage, as the table has them
+
+    @property
+    def editable(self) -> tuple[int, int, int, str | None]:
+        """Its revision, next entry id, next aside id and halt."""
+        return self.revision, self.next_entry, self.next_aside, self.halted
 
 
 class Page:
@@ -59,6 +83,7 @@ class Page:
         self.convs = convs
         self._batch = batch
         self._small: dict[str, list[Row]] | None = None
+        self._small_logs: dict[str, list[LogRow]] | None = None
         self._time = time
         self._times: dict[Any, Any] = {}  # a batch's messages share their time
 
@@ -144,6 +169,81 @@ class Page:
             if len(rows) < self._batch:
                 return
             idx = rows[-1][0] + 1
+
+    async def changes(self, conv: StoredConversation) -> AsyncIterator[list[LogRow]]:
+        """The change records as stored, oldest first, a batch at a time: (revision,
+        kind, author, at, the record's JSON text); a plain write's comes from its
+        idempotency row (``write_record``)."""
+        if conv.revision == 0:
+            return
+        if conv.revision <= self._batch:
+            if self._small_logs is None:
+                self._small_logs = await self._fetch_small_logs()
+            rows = self._small_logs.pop(conv.id, [])
+            if rows:
+                yield rows
+            return
+        after, batch = 0, self._batch
+        while True:
+            writes = [r for _cid, r in await self._log([conv.id], after, True, batch)]
+            changes = [r for _cid, r in await self._log([conv.id], after, False, batch)]
+            merged = sorted(writes + changes, key=_revision)
+            if not merged:
+                return
+            # Only as far as both tables were read (a full batch may stop short).
+            full = [rows[-1][0] for rows in (writes, changes) if len(rows) == batch]
+            bound = min(full, default=None)
+            out = merged if bound is None else [r for r in merged if r[0] <= bound]
+            yield out
+            if bound is None:
+                return
+            after = out[-1][0]
+
+    async def _fetch_small_logs(self) -> dict[str, list[LogRow]]:
+        """The change logs of the page's conversations of at most ``batch`` records, in
+        groups of about ``batch`` records."""
+        found: dict[str, list[LogRow]] = {}
+        small = [c for c in self.convs if 0 < c.revision <= self._batch]
+        group: list[str] = []
+        size = 0
+        for i, conv in enumerate(small):
+            group.append(conv.id)
+            size += conv.revision
+            if size >= self._batch or i == len(small) - 1:
+                for is_write in (True, False):
+                    for cid, row in await self._log(group, 0, is_write, None):
+                        found.setdefault(cid, []).append(row)
+                group, size = [], 0
+        for rows in found.values():
+            rows.sort(key=_revision)
+        return found
+
+    async def _log(
+        self, ids: list[str], after: int, writes: bool, limit: int | None
+    ) -> list[tuple[str, LogRow]]:
+        """(conversation, record) pairs of ``ids`` after revision ``after`` from the
+        writes table (``writes``) or the changes table, by conversation and revision."""
+        if writes:
+            w = s.writes
+            stmt = select(w.c.conversation_id, w.c.revision, w.c.created_at, w.c.appended).where(
+                w.c.conversation_id.in_(ids), w.c.revision.is_not(None), w.c.revision > after
+            )
+            order = [w.c.conversation_id, w.c.revision]
+        else:
+            ch = s.changes
+            stmt = select(
+                ch.c.conversation_id, ch.c.revision, ch.c.kind, ch.c.author, ch.c.at, ch.c.record
+            ).where(ch.c.conversation_id.in_(ids), ch.c.revision > after)
+            order = [ch.c.conversation_id, ch.c.revision]
+        stmt = stmt.order_by(*order)
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        rows: Sequence[Any] = (await self.conn.execute(stmt)).all()
+        if writes:
+            return [
+                (r[0], (int(r[1]), "write", None, r[2], write_record(int(r[3] or 0)))) for r in rows
+            ]
+        return [(r[0], (int(r[1]), r[2], r[3], r[4], r[5])) for r in rows]
 
 
 class Source:
@@ -242,6 +342,10 @@ def _same(value: Any) -> Any:
     return value
 
 
+def _revision(row: LogRow) -> int:
+    return row[0]
+
+
 def _cut(pending: list[tuple[str, int]], budget: int, *, final: bool) -> Iterable[list[Any]]:
     """Take runs whose lengths add up to ``budget`` off the front of ``pending``."""
     while pending:
@@ -273,12 +377,50 @@ async def _read_convs(
         _conv.c.length,
         _conv.c.created_at,
         _conv.c.updated_at,
+        _conv.c.revision,
+        _conv.c.next_entry,
+        _conv.c.next_aside,
+        _conv.c.halted,
     ).where(_conv.c.id.in_(ids), visible)
     for r in await conn.execute(stmt):
         found[r.id] = StoredConversation(
-            r.id, r.owner, r.system_prompt, int(r.length), r.created_at, r.updated_at
+            r.id,
+            r.owner,
+            r.system_prompt,
+            int(r.length),
+            r.created_at,
+            r.updated_at,
+            int(r.revision),
+            int(r.next_entry),
+            int(r.next_aside),
+            r.halted,
         )
     ids = [cid for cid in ids if cid in found]
+    a, t = s.asides, s.turns
+    with_asides = [cid for cid in ids if found[cid].next_aside > 1]
+    if with_asides:
+        for ar in await conn.execute(
+            select(a.c.conversation_id, a.c.aside_id, a.c.after, a.c.home, a.c.value)
+            .where(a.c.conversation_id.in_(with_asides))
+            .order_by(a.c.conversation_id, a.c.aside_id)
+        ):
+            found[ar[0]].asides.append(tuple(ar[1:]))
+    changed = [cid for cid in ids if found[cid].revision > 0]
+    if changed:
+        for tr in await conn.execute(
+            select(
+                t.c.conversation_id,
+                t.c.number,
+                t.c.start,
+                t.c.opened_at,
+                t.c.end,
+                t.c.ended_at,
+                t.c.usage,
+            )
+            .where(t.c.conversation_id.in_(changed))
+            .order_by(t.c.conversation_id, t.c.number)
+        ):
+            found[tr[0]].turns.append(tuple(tr[1:]))
     md, sm, ls = s.metadata_entries, s.summaries, s.lists
     for m in await conn.execute(
         select(md.c.conversation_id, md.c.key, md.c.value)

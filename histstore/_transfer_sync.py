@@ -6,6 +6,13 @@ compare what it holds with what comes in, range by range, and write only from th
 difference on (so running a file again writes nothing, and a corrected file repairs
 what differs). A conversation that nothing changed counts as skipped.
 
+Messages are compared with their entry ids and authors when those come in (format
+version 2, copy); the editable state besides them (revision, next ids, halt, asides,
+turn records, change log: ``_transfer_edits``, checked whole before these programs
+run) is compared whole, and a conversation that differs anywhere gets it whole,
+replacing what it held. A version-1 file carries none of it: its entries get new ids
+and its change log is one record of kind ``"import"``.
+
 The steps are sub-programs (``yield from``): a small conversation runs them all as one
 program inside a shared transaction, a large one runs them batch by batch in a
 transaction of its own; the steps are the same.
@@ -19,10 +26,12 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from . import _schema as s
+from . import _transfer_edits as edits_steps
 from ._change_log import encode
 from ._changes import Change
 from ._context import Context
 from ._drivers import EXECUTE, EXECUTE_MANY, FETCH, CompiledStatement, Step
+from ._transfer_edits import Edits
 
 __all__ = ["Incoming", "MessageRows", "Steps", "Target"]
 
@@ -35,7 +44,9 @@ Steps = Generator[Step, Any, T]
 
 @dataclass
 class Incoming:
-    """A validated conversation row, its metadata rows and its summary rows."""
+    """A validated conversation row, its metadata rows and its summary rows; ``edits``
+    its editable state (``None`` for a version-1 file: its entries get new ids and its
+    change log is one record of kind ``"import"``)."""
 
     id: str
     owner: str | None
@@ -45,6 +56,14 @@ class Incoming:
     updated_at: datetime
     metadata: list[Row] = field(default_factory=list)
     summaries: list[Row] = field(default_factory=list)
+    edits: Edits | None = None
+
+    @property
+    def revision(self) -> int:
+        """The revision the conversation is stored at."""
+        if self.edits is not None:
+            return self.edits.revision
+        return 1 if self.length else 0
 
 
 @dataclass
@@ -114,10 +133,16 @@ class MessageRows:
 
     def same(self, stored: Sequence[Sequence[Any]], time: Callable[[Any], Any]) -> int:
         """How many leading rows of ``stored`` (position, data, token_count, created_at
-        as the driver reads them) equal these rows."""
+        as the driver reads them, entry_id, author) equal these rows (their entry ids and
+        authors too, when these rows have them)."""
         first, datas, tokens, times = self.first, self.datas, self.tokens, self.times
-        for i, (position, data, count, created) in enumerate(stored):
+        ids, authors = self.entry_ids, self.authors
+        for i, (position, data, count, created, entry_id, author) in enumerate(stored):
             if (position, data, count, time(created)) != (first + i, datas[i], tokens[i], times[i]):
+                return i
+            if ids is not None and (
+                entry_id != ids[i] or author != (None if authors is None else authors[i])
+            ):
                 return i
         return len(stored)
 
@@ -147,8 +172,8 @@ class Target:
         self._messages = _Sequence(0, True, "position", {"c": incoming.id})
         self._items: _Sequence | None = None
         self._messages_done = False
-        # New entries take ids from here on (+ position): above every id the stored
-        # conversation ever gave, so none is given twice.
+        # Entries of a version-1 file (no ids of their own) take ids from here on
+        # (+ position): above every id the stored conversation ever gave.
         self._entry_base = 1
         convert = ctx.executor.driver.result_processor
         self._time: Callable[[Any], Any] = convert(s.messages.c.created_at.type) or _same
@@ -166,8 +191,8 @@ class Target:
                 owner=self.owner,
                 system_prompt=inc.system_prompt,
                 n=inc.length,
-                revision=1 if inc.length else 0,
-                next_entry=inc.length + 1,
+                revision=inc.revision,
+                next_entry=self._next_entry(),
                 created_at=inc.created_at,
                 updated_at=inc.updated_at,
             ),
@@ -274,8 +299,9 @@ class Target:
             yield EXECUTE, sql.delete_items_from, {"c": cid, "name": name, "start": 0}
             yield EXECUTE, sql.delete_list, {"c": cid, "name": name}
         self._lists.clear()
+        edits = inc.edits
         if self.new:
-            yield from self._record_import()
+            yield from self._edits(1, None)
             return True
         row = self._row
         assert row is not None
@@ -286,10 +312,17 @@ class Target:
             inc.created_at,
             inc.updated_at,
         )
+        next_aside, halted = int(row[7]), row[8]
+        if edits is not None and same_row and not self.changed:
+            # The entries are equal, ids and authors included; so must the rest be.
+            state = (int(row[6]), int(row[5]), next_aside, halted)
+            same_row = state == (edits.revision, edits.next_entry, edits.next_aside, edits.halted)
+            if same_row and (yield from edits_steps.differs(self.ctx, cid, edits, next_aside)):
+                self.changed = True
         if self.changed or not same_row:
             self.changed = True
             # A replaced conversation keeps no idempotency records (as ``save``), and
-            # its change log starts again from what came in.
+            # its editable state and change log become what came in.
             yield EXECUTE, sql.delete_writes, {"c": cid}
             for stmt in sql.edit.delete_edits:
                 yield EXECUTE, stmt, {"c": cid}
@@ -301,17 +334,47 @@ class Target:
                     owner=self.owner,
                     system_prompt=inc.system_prompt,
                     n=inc.length,
-                    revision=1 if inc.length else 0,
-                    next_entry=self._entry_base + inc.length,
+                    revision=inc.revision,
+                    next_entry=self._next_entry(),
                     created_at=inc.created_at,
                     updated_at=inc.updated_at,
                 ),
             )
-            yield from self._record_import()
+            yield from self._edits(next_aside, None)
         return self.changed
 
+    def _next_entry(self) -> int:
+        """The next entry id the conversation is stored with."""
+        edits = self.incoming.edits
+        if edits is not None:
+            return edits.next_entry
+        return self._entry_base + self.incoming.length
+
+    def _edits(self, next_aside: int, halted: str | None) -> Steps[None]:
+        """Store the incoming editable state of a conversation that holds none, whose
+        row has ``next_aside`` and ``halted`` (and the revision and next entry id that
+        came in)."""
+        inc, edits = self.incoming, self.incoming.edits
+        if edits is None:
+            yield from self._record_import()
+            return
+        if (edits.next_aside, edits.halted) != (next_aside, halted):
+            params = self.ctx.params(
+                inc.id,
+                expected=edits.revision,
+                length=inc.length,
+                revision=edits.revision,
+                next_entry=edits.next_entry,
+                next_aside=edits.next_aside,
+                halted=edits.halted,
+                now=inc.updated_at,
+            )
+            yield FETCH, self.ctx.sql.edit.claim, params
+        yield from edits_steps.write(self.ctx, edits)
+
     def _record_import(self) -> Steps[None]:
-        """The change log of an imported conversation: one record of its entries."""
+        """The change log of a conversation from a version-1 file: one record of its
+        entries."""
         inc = self.incoming
         if inc.length:
             record = {

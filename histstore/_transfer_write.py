@@ -109,7 +109,8 @@ class Writer:
     # ---------------------------------------------------------------- receiving
 
     def begin(self, incoming: Incoming) -> None:
-        """Start receiving ``incoming`` (its summaries are added with ``summary``)."""
+        """Start receiving ``incoming`` (its summaries are added with ``summary``, its
+        editable state to ``incoming.edits``, checked before ``end``)."""
         self._current = _Current(incoming)
 
     def summary(self, row: Row) -> None:
@@ -138,7 +139,9 @@ class Writer:
             self._start(self._finish(cur))
             return
         self._group.append(cur)
-        self._group_size += 1 + cur.size + len(cur.incoming.summaries)
+        edits = cur.incoming.edits
+        extra = len(cur.incoming.summaries) + (0 if edits is None else edits.size)
+        self._group_size += 1 + cur.size + extra
         if self._group_size >= self._batch:
             await self._flush_group()
 

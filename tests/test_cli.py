@@ -153,6 +153,16 @@ async def test_demo_stores_a_multi_turn_conversation_with_a_tool_call(tmp_path: 
     assert turns.status(messages) == "closed"
     for m in messages:  # what was stored is printed, with positions and roles
         assert f"{m.position}  " in result.out
+    # One compaction, shown with its author marked, then undone.
+    assert "histstore.compact(store, c, summarize, keep_turns=2)" in result.out
+    summary = next(line for line in result.out.splitlines() if "(by histstore:compact)" in line)
+    assert summary.split()[:3] == ["1", summary.split()[1], "user"]
+    assert "the compaction is undone, all 13 messages are back" in result.out
+    async with histstore.connect(tmp_path / "histstore.db") as store:
+        log = await store.changes(cid)
+    assert [c.kind for c in log[-2:]] == ["splice", "revert"]
+    assert (log[-2].author, log[-1].author) == ("histstore:compact", "demo:undo")
+    assert f"histstore revert {cid} {log[-2].revision}" in result.out
     second = await ok("demo", cwd=tmp_path)
     assert "2 conversation(s)" in second.out
 
@@ -234,6 +244,100 @@ async def test_show_prints_positions_roles_and_tool_calls(shared_backend: Any) -
     assert record["data"] == {"type": "reasoning", "summary": []}
 
 
+async def seed_edits(url: str) -> str:
+    """A conversation with an editor's entries, two asides, a halt and turn records."""
+    cid = new_id("ed")
+    async with histstore.connect(url) as store:
+        await store.write(cid, [Message.user("q1"), Message.assistant("a1"), Message.user("q2")])
+        value = await store.edit(cid)
+        value.splice(0, 2, [Message.user("the summary")], by="plugin:compact")
+        value.add_aside({"note": "for the user"}, after=value.entry_id(0))
+        value.add_aside("first of all")
+        value.open_turn()
+        assert value.halt("stop pressed")
+        value.end_turn("halted", usage={"input": 10})
+        await store.commit(value)
+    return cid
+
+
+async def test_show_marks_authors_and_draws_asides(shared_backend: Any) -> None:
+    url = shared_backend.url
+    cid = await seed_edits(url)
+    result = await ok("show", cid, "--url", url)
+    lines = result.out.splitlines()
+    facts = {line[:13].strip(): line[13:].strip() for line in lines if line[:1].isalpha()}
+    assert facts["revision"] == "7"
+    assert facts["halted"] == "stop pressed"
+    assert facts["turns"] == "1 recorded (newest: halted)"
+    first = next(i for i, line in enumerate(lines) if line.split()[:1] == ["0"])
+    assert lines[first].split()[2:] == ["user", "(by", "plugin:compact)", "the", "summary"]
+    assert lines[first + 1].split() == ["aside", "#1", '{"note":', '"for', "the", 'user"}']
+    assert lines[first + 2].split()[0:3:2] == ["1", "user"]
+    assert "(by" not in lines[first + 2]
+    before = next(i for i, line in enumerate(lines) if "first of all" in line)
+    assert before < first
+    assert lines[before].split()[:2] == ["aside", "#2"]
+    last = await ok("show", cid, "--url", url, "--last", "1", "--json")
+    (record,) = [json.loads(line) for line in last.out.splitlines()]
+    assert (record["position"], record["entry_id"], record["author"]) == (1, 3, None)
+
+
+async def test_log_lists_change_records(shared_backend: Any) -> None:
+    url = shared_backend.url
+    cid = await seed_edits(url)
+    result = await ok("log", cid, "--url", url)
+    head, *rows = result.out.splitlines()
+    assert head.split() == ["REV", "TIME", "(UTC)", "KIND", "AUTHOR", "CHANGE"]
+    assert [r.split()[0] for r in rows] == [str(i) for i in range(1, 8)]
+    assert rows[0].split()[3:] == ["write", "-", "+3", "at", "end"]
+    assert rows[1].split()[3:] == ["splice", "plugin:compact", "-2", "+1", "at", "0"]
+    assert rows[2].split()[3:] == ["aside_add", "-", "aside", "#1", "added"]
+    assert rows[4].split()[3:] == ["turn_open", "-", "turn", "1", "opened"]
+    assert rows[5].split()[3:] == ["halt", "-", "halted:", "stop", "pressed"]
+    assert rows[6].split()[3:] == ["turn_end", "-", "turn", "1", "halted"]
+    assert "q1" not in result.out  # no message content
+    part = await ok("log", cid, "--url", url, "--since", "1", "--limit", "1", "--json")
+    (record,) = [json.loads(line) for line in part.out.splitlines()]
+    assert record["revision"] == 2
+    assert (record["kind"], record["author"], record["start"]) == ("splice", "plugin:compact", 0)
+    assert (record["removed"], record["added"], record["summary"]) == ([1, 2], [4], "-2 +1 at 0")
+    assert "q1" not in part.out
+    assert "a1" not in part.out
+    none = await ok("log", cid, "--url", url, "--since", "7")
+    assert "no change records after revision 7" in none.out
+    assert_one_line_error(await run("log", "nope", "--url", url), "'nope'", "not found")
+    assert (await run("log", cid, "--url", url, "--limit", "0")).code == 2
+
+
+async def test_revert_makes_a_conversation_what_it_was(shared_backend: Any) -> None:
+    url = shared_backend.url
+    cid = await seed_edits(url)
+    async with histstore.connect(url) as store:
+        before = await store.read(cid)
+    result = await ok("revert", cid, "1", "--url", url)
+    assert result.out.strip() == f"reverted {cid!r} to revision 1: now at revision 8"
+    again = await ok("revert", cid, "1", "--url", url, "--by", "ops:alice")
+    assert "nothing changed (revision 8)" in again.out
+    async with histstore.connect(url) as store:
+        got = await store.read(cid)
+        assert [m.content for m in got] == ["q1", "a1", "q2"]
+        assert [m.entry_id for m in got] == [1, 2, 3]
+        value = await store.edit(cid)
+        assert value.asides() == []
+        assert value.halted is None
+        (last,) = await store.changes(cid, since=7)
+        assert (last.kind, last.author) == ("revert", "cli:revert")
+    back = await ok("revert", cid, "7", "--url", url, "--by", "ops:alice")
+    assert "now at revision 9" in back.out
+    async with histstore.connect(url) as store:
+        assert await store.read(cid) == before
+        assert (await store.changes(cid, since=8))[0].author == "ops:alice"
+    assert_one_line_error(await run("revert", cid, "99", "--url", url), "no revision 99")
+    assert_one_line_error(await run("revert", "nope", "0", "--url", url), "'nope'", "not found")
+    assert_one_line_error(await run("revert", cid, "1", "--by", "", "--url", url), "by")
+    assert (await run("revert", cid, "x", "--url", url)).code == 2
+
+
 async def test_stats_counts_what_the_store_holds(shared_backend: Any) -> None:
     await seed(shared_backend.url)
     result = await ok("stats", "--url", shared_backend.url)
@@ -255,7 +359,7 @@ async def test_export_import_round_trip_into_an_empty_database(
     dump = tmp_path / "dump.jsonl"
     await ok("export", "--url", shared_backend.url, "-o", str(dump))
     header, *records, footer = [json.loads(line) for line in dump.read_text().splitlines()]
-    assert (header["format"], header["version"]) == ("histstore", 1)
+    assert (header["format"], header["version"]) == ("histstore", 2)
     assert footer == {"type": "footer", "conversations": 3, "messages": 2506}
     assert sum(r["type"] == "conversation" for r in records) == 3
     target = str(tmp_path / "target.db")

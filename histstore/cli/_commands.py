@@ -1,5 +1,6 @@
-"""One coroutine per subcommand (but ``demo``): each takes the parsed arguments and
-returns the exit status. They use only histstore's public API and ``histstore.admin``."""
+"""One coroutine per subcommand (but ``demo``, and ``show``, ``log`` and ``revert`` in
+``_show``): each takes the parsed arguments and returns the exit status. They use only
+histstore's public API and ``histstore.admin``."""
 
 from __future__ import annotations
 
@@ -10,16 +11,15 @@ import os
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import timezone
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import histstore
-from histstore import HistStoreError, Message, SchemaError, Store, admin
+from histstore import HistStoreError, SchemaError, Store, admin
 
-from ._render import HitPrinter, Printer, ProgressLine, Style, compact, span, table, when
+from ._render import HitPrinter, ProgressLine, Style, span, table, when
 
-__all__ = ["UsageError", "open_store", "show_conversation"]
+__all__ = ["UsageError", "open_store"]
 
 _PAGE = 500
 
@@ -129,66 +129,6 @@ async def cmd_ls(args: argparse.Namespace) -> int:
     elif not rows:
         print(style.dim("no conversations"))
     return 0
-
-
-async def cmd_show(args: argparse.Namespace) -> int:
-    async with open_store(args.url, schema=args.schema) as store:
-        await show_conversation(store, args.id, sys.stdout, last=args.last, as_json=args.json)
-    return 0
-
-
-async def _pages(store: Store, cid: str, start: int, stop: int) -> AsyncIterator[list[Message]]:
-    while start < stop:
-        page = await store.read(cid, start=start, stop=min(start + _PAGE, stop))
-        if not page:
-            return
-        yield page
-        start = (page[-1].position or start) + 1
-
-
-async def show_conversation(
-    store: Store, cid: str, out: IO[str], *, last: int | None = None, as_json: bool = False
-) -> None:
-    """Print a conversation's details and messages, reading messages page by page."""
-    info = await admin.describe(store, cid)
-    start = 0 if last is None else max(info.length - last, 0)
-    if as_json:
-        async for page in _pages(store, cid, start, info.length):
-            for m in page:
-                stamp = m.created_at.astimezone(timezone.utc) if m.created_at else None
-                record = {
-                    "position": m.position,
-                    "created_at": stamp.isoformat(timespec="microseconds") if stamp else None,
-                    "data": m.to_dict(),
-                }
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-        return
-    metadata = await store.metadata(cid) if info.metadata_keys else {}
-    summaries = await store.summaries(cid) if info.summaries else []
-    style = Style(out)
-    facts = [
-        ("conversation", style.bold(cid)),
-        ("user", info.user or "-"),
-        ("created", when(info.created_at) + " UTC"),
-        ("updated", when(info.updated_at) + " UTC"),
-        ("messages", f"{info.length:,}"),
-    ]
-    if info.system_prompt is not None:
-        facts.append(("system prompt", info.system_prompt))
-    if metadata:
-        facts.append(("metadata", json.dumps(metadata, ensure_ascii=False)))
-    facts.extend(("summary", f"#{sm.start}-#{sm.end}: {compact(sm.content)}") for sm in summaries)
-    if info.lists:
-        facts.append(("lists", ", ".join(f"{n} ({k:,} items)" for n, k in info.lists)))
-    for key, value in facts:
-        out.write(f"{style.dim(f'{key:<13}')} {value}\n")
-    out.write("\n")
-    if start > 0:
-        out.write(style.dim(f"  ... {start:,} earlier messages (--last shows more)") + "\n")
-    printer = Printer(out)
-    async for page in _pages(store, cid, start, info.length):
-        for m in page:
-            printer.message(m)
 
 
 async def cmd_search(args: argparse.Namespace) -> int:

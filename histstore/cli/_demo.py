@@ -1,4 +1,6 @@
-"""``histstore demo``: a scripted agent conversation through ``with_history``, then shown."""
+"""``histstore demo``: a scripted agent conversation through ``with_history``, then shown;
+then one compaction (``histstore.compact`` with a scripted summarizer) and its undo
+(``store.revert``)."""
 
 from __future__ import annotations
 
@@ -8,10 +10,11 @@ import sys
 import uuid
 from typing import Any
 
-from histstore import Message, admin, with_history
+from histstore import Message, Store, admin, compact, with_history
 
-from ._commands import open_store, show_conversation
+from ._commands import open_store
 from ._render import Style, message_lines
+from ._show import show_conversation
 
 __all__ = ["cmd_demo"]
 
@@ -70,6 +73,54 @@ class _DemoModel:
         return Message.assistant("I can only talk about the weather in Paris or Tokyo.")
 
 
+async def _summarize(messages: list[Message]) -> str:
+    """A scripted summarizer, no model: a fixed text that says how much it replaces."""
+    return (
+        f"(Summary of the {len(messages)} earlier messages: the user asked about the"
+        " weather in Paris and was told to take an umbrella.)"
+    )
+
+
+async def _compact_and_undo(store: Store, view: Store, cid: str, style: Style) -> int | None:
+    """Compact the older turns, show the result, revert it; the compacted revision."""
+    out = sys.stdout
+    before = await view.edit(cid)
+    spliced = await compact(view, cid, _summarize, keep_turns=2)
+    if spliced is None:  # the script always leaves something to compact
+        return None
+    after = await view.edit(cid)
+    out.write(
+        "\n"
+        + style.bold("Compaction")
+        + "\n"
+        + style.dim(
+            f"histstore.compact(store, c, summarize, keep_turns=2) replaced the"
+            f" {len(spliced.removed)} messages of the older turns with one summary entry"
+            f" by histstore:compact, as one change: revision {before.revision} ->"
+            f" {after.revision}. The summarizer is a script too."
+        )
+        + "\n\n"
+    )
+    await show_conversation(store, cid, out)
+    revision = await view.revert(cid, before.revision, by="demo:undo")
+    back = await view.edit(cid)
+    same = back.entries == before.entries
+    ids = [e.entry_id for e in back.entries]
+    verdict = (
+        f"all {len(ids)} messages are back, entry ids {ids[0]}-{ids[-1]} included"
+        if same and ids
+        else "the messages differ from before (unexpected)"
+    )
+    out.write(
+        "\n"
+        + style.bold("Undo")
+        + "\n"
+        + f"store.revert(c, {before.revision}, by='demo:undo') -> revision {revision}:"
+        + f" the compaction is undone, {verdict}.\n"
+    )
+    return after.revision
+
+
 def _run_tool(call: dict[str, Any]) -> Message:
     args = json.loads(call["function"]["arguments"])
     return Message.tool(json.dumps(_WEATHER[args["city"]]), tool_call_id=call["id"])
@@ -118,15 +169,20 @@ async def cmd_demo(args: argparse.Namespace) -> int:
             )
         out.write(style.bold("What the store now holds") + "\n\n")
         await show_conversation(store, cid, out)
+        compacted = await _compact_and_undo(store, view, cid, style)
         total = len(await store.conversations())
     out.write("\n" + style.bold("Next") + "\n")
     url = "" if args.url is None else f" --url {args.url}"
     steps = [
         (f"histstore ls{url}", f"{total} conversation(s) in this database"),
         (f"histstore show {cid}{url}", "this conversation again"),
+        (f"histstore log {cid}{url}", "its change records: writes, the compaction, the undo"),
         (f"histstore export {cid}{url} > demo.jsonl", "as JSON Lines"),
         (f"histstore fork {cid} {cid}-b --upto 5{url}", "branch after the first answer"),
     ]
+    if compacted is not None:
+        back = (f"histstore revert {cid} {compacted}{url}", "back to the compacted history")
+        steps.insert(3, back)
     width = max(len(cmd) for cmd, _note in steps)
     for cmd, note in steps:
         out.write(f"  {cmd:<{width}}  {style.dim('# ' + note)}\n")

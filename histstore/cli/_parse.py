@@ -11,7 +11,7 @@ from typing import Any
 
 import histstore
 
-from . import _commands, _demo
+from . import _commands, _demo, _show
 
 __all__ = ["build_parser", "parse_duration", "parse_metadata", "parse_when"]
 
@@ -173,10 +173,34 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("-q", "--quiet", action="store_true", help="print only the ids")
     out.add_argument("--json", action="store_true", help="one JSON object per conversation")
 
-    p = command("show", c.cmd_show, "print a conversation's messages and details")
+    p = command(
+        "show",
+        _show.cmd_show,
+        "print a conversation's messages (an editor's marked 'by'), asides and details",
+    )
     p.add_argument("id", metavar="ID")
     p.add_argument("--last", type=_non_negative, metavar="N", help="only the newest N messages")
     p.add_argument("--json", action="store_true", help="messages as JSON Lines")
+
+    p = command("log", _show.cmd_log, "list a conversation's change records, oldest first")
+    p.add_argument("id", metavar="ID")
+    p.add_argument(
+        "--since", type=_non_negative, default=0, metavar="N", help="only those after revision N"
+    )
+    p.add_argument("--limit", type=_positive, metavar="N", help="at most N records")
+    p.add_argument("--json", action="store_true", help="one JSON object per record")
+
+    p = command(
+        "revert",
+        _show.cmd_revert,
+        "make a conversation's messages, asides and halt what they were at REVISION"
+        " (a new change; 0: empty)",
+    )
+    p.add_argument("id", metavar="ID")
+    p.add_argument("revision", type=_non_negative, metavar="REVISION")
+    p.add_argument(
+        "--by", default="cli:revert", metavar="WHO", help="the change's author (cli:revert)"
+    )
 
     p = command("search", c.cmd_search, "find messages by the words in their text")
     p.add_argument(

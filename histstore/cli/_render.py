@@ -27,6 +27,7 @@ __all__ = [
     "Printer",
     "ProgressLine",
     "Style",
+    "change_summary",
     "compact",
     "message_lines",
     "query_pattern",
@@ -242,28 +243,73 @@ def message_lines(d: dict[str, Any]) -> list[str]:
 
 
 class Printer:
-    """Prints messages with positions, roles and times, readable on a terminal."""
+    """Prints messages with positions, roles and times, readable on a terminal; an
+    entry an editor made is marked ``(by AUTHOR)``, and asides are drawn as
+    ``aside #ID`` lines where they stand."""
+
+    _HEAD = 17  # the width of a message's position and time columns
 
     def __init__(self, out: IO[str]) -> None:
         self.out = out
         self.style = Style(out)
         self._day: str | None = None
 
-    def message(self, m: Message) -> None:
+    def message(
+        self,
+        m: Message,
+        *,
+        position: int | None = None,
+        created_at: datetime | None = None,
+        author: str | None = None,
+    ) -> None:
+        """One message (its own position, time and author unless given)."""
         role = m.role
-        stamp = m.created_at.astimezone(timezone.utc) if m.created_at else None
+        position = m.position if position is None else position
+        created_at = m.created_at if created_at is None else created_at
+        author = m.author if author is None else author
+        stamp = created_at.astimezone(timezone.utc) if created_at else None
         day = stamp.strftime("%Y-%m-%d") if stamp else None
         if day is not None and day != self._day:
             self._day = day
             self.out.write(self.style.dim(f"  -- {day} (UTC) --") + "\n")
         clock = stamp.strftime("%H:%M:%S") if stamp else "        "
         lines = message_lines(m.to_dict())
-        head = f"{m.position if m.position is not None else '':>5}  {clock}  "
+        head = f"{position if position is not None else '':>5}  {clock}  "
         label = self.style.role(role, f"{role:<10}")
-        self.out.write(self.style.dim(head) + label + " " + lines[0] + "\n")
+        mark = "" if author is None else self.style.bold(f"(by {author})") + " "
+        self.out.write(self.style.dim(head) + label + " " + mark + lines[0] + "\n")
         pad = " " * (len(head) + 11)
         for line in lines[1:]:
             self.out.write(pad + line + "\n")
+
+    def aside(self, aside: histstore.Aside) -> None:
+        """An aside, drawn where it stands (after the message printed last)."""
+        label = self.style.dim(f"{'aside #' + str(aside.aside_id):<10}")
+        self.out.write(" " * self._HEAD + label + " " + compact(aside.value) + "\n")
+
+
+def change_summary(change: histstore.Change) -> str:
+    """What a change record did, in a few words and counts (no message content):
+    ``-2 +1 at 0`` (entries removed and added at a position; ``at end`` for a plain
+    write or pop), asides added, replaced, removed or moved, a halt, a turn record."""
+    parts: list[str] = []
+    if change.removed or change.added:
+        counts = [f"-{len(change.removed)}"] if change.removed else []
+        counts += [f"+{len(change.added)}"] if change.added else []
+        where = "end" if change.start is None else str(change.start)
+        parts.append(f"{' '.join(counts)} at {where}")
+    if change.moved:
+        parts.append(f"{len(change.moved)} aside{'s' if len(change.moved) > 1 else ''} moved")
+    for op in change.asides:
+        what = "added" if op.before is None else "removed" if op.after is None else "replaced"
+        parts.append(f"aside #{op.aside_id} {what}")
+    if change.halt is not None:
+        after = change.halt[1]
+        parts.append("halt cleared" if after is None else f"halted: {after}")
+    if change.turn is not None:
+        turn = change.turn
+        parts.append(f"turn {turn.number} {'opened' if turn.end is None else turn.end}")
+    return ", ".join(parts) or "no change"
 
 
 # ---------------------------------------------------------------------------- search hits
