@@ -103,3 +103,21 @@ def test_quick_search_turns_run_compares_with_and_without_the_index(tmp_path: Pa
     for tasks in ("1", "16"):
         assert result[tasks]["indexed"] > 0
         assert result[tasks]["bare"] > 0
+
+
+def test_quick_editable_run_times_commit_read_and_edit(tmp_path: Path) -> None:
+    lines, doc = run_quick("editable.py", tmp_path)
+    rows = [line for line in lines if line.startswith("sqlite ")]
+    assert any("+ commit, p50 (300 vs 6,000)" in line for line in rows)
+    assert any("read(limit=20), p50 (100 vs edited 5,697)" in line for line in rows)
+    assert any("1,000 entries: read() vs edit()" in line for line in rows)
+    assert not any(line.startswith("postgres") for line in lines)
+    result = doc["results"]["sqlite"]
+    commit = result["commit"]
+    assert commit["sizes"] == {"small": 300, "large": 6000}
+    for name in ("small", "large"):
+        assert commit[name]["samples"] == 20
+        assert commit[name]["p50_us"] > 0
+        assert result["read"][name]["samples"] == 50
+    assert result["read"]["entries"] == 6000 - 298 - 5  # the edits of (b)
+    assert result["load"]["edit"]["p50_us"] > 0
