@@ -4,6 +4,7 @@ Run from a checkout::
 
     python bench/turns.py [--backend sqlite|postgres|all] [--pg-url URL] [--quick]
                           [--repeat N] [--sqlite-dir DIR] [--json FILE]
+                          [--pgbouncer URL]
 
 It measures, in one run and on each backend:
 
@@ -37,6 +38,12 @@ database whose schema ``histstore.connect(url, migrate=True)`` created:
   ``acquire`` per turn, with the per-release reset query turned off.
 * Messages are encoded with ``json.dumps``; each message's searchable text (its string
   content) goes in ``search_text``, so the raw side keeps the full-text index too.
+
+(c) With ``--pgbouncer URL`` (a PgBouncer in transaction mode in front of ``--pg-url``'s
+    server, serving every database: ``* = host=... port=...``): the agent turn of (a)
+    through it, with ``connect(url, pooler="transaction")``, against histstore on
+    Postgres directly, side by side in one run (each on a fresh database, alternating
+    which runs first). Target: pooled costs at most 1.3x direct.
 
 histstore is used as a user would: ``histstore.connect(url)`` with default options, one
 store shared by all tasks, ``store.read(c, limit=20)`` and ``store.write(c, [dict, dict])``.
@@ -75,6 +82,7 @@ from _common import (
     run_backends,
     sqlite_timestamp,
 )
+from sqlalchemy import make_url
 
 import histstore  # importable once _common has put the checkout on sys.path
 
@@ -616,6 +624,93 @@ async def run_postgres(cfg: Config, admin_url: str) -> dict[str, Any]:
         return result
 
 
+# ---------------------------------------------------------------------- (c) through PgBouncer
+
+POOLED_TARGET = 1.3
+
+
+async def bench_pooled(cfg: Config, admin_url: str, bouncer_url: str) -> dict[str, Any]:
+    """The agent turn on histstore through PgBouncer (``pooler="transaction"``) against
+    histstore on the same server directly."""
+    messages = chat_messages(1000)
+    bouncer = make_url(bouncer_url)
+    async with pg_databases(admin_url, ["direct", "pooled"]) as urls:
+        for url in urls.values():
+            await (await histstore.connect(url, migrate=True)).close()
+        through = make_url(urls["pooled"]).set(host=bouncer.host, port=bouncer.port)
+        if bouncer.username:
+            through = through.set(username=bouncer.username, password=bouncer.password)
+        sides = {
+            "direct": HistSide(await histstore.connect(urls["direct"])),
+            "pooled": HistSide(await histstore.connect(through, pooler="transaction")),
+        }
+        rows: list[dict[str, Any]] = []
+        try:
+            for workers, label in ((1, "sequential"), (cfg.tasks, f"{cfg.tasks} tasks")):
+                log(f"postgres through pgbouncer: turns, {label}")
+                warm = max(workers, min(cfg.conversations, 16))
+                for side in sides.values():
+                    await run_turns(
+                        side, conversations=warm, turns=5, workers=workers, messages=messages
+                    )
+                times: dict[str, list[float]] = {"direct": [], "pooled": []}
+                latencies: dict[str, list[float]] = {"direct": [], "pooled": []}
+                order = list(sides)
+                for rep in range(cfg.repeats):
+                    for name in order if rep % 2 == 0 else order[::-1]:
+                        elapsed, _cpu, cids = await run_turns(
+                            sides[name],
+                            conversations=cfg.conversations,
+                            turns=cfg.turns,
+                            workers=workers,
+                            messages=messages,
+                            latencies=latencies[name],
+                        )
+                        got = await sides[name].length(cids[0])
+                        if got != 2 * cfg.turns:
+                            raise RuntimeError(f"{name}: a conversation holds {got} messages")
+                        times[name].append(elapsed / (cfg.conversations * cfg.turns) * 1e6)
+                        log(f"  {label} run {rep + 1}: {name} {times[name][-1]:,.0f} us/turn")
+                direct, pooled = median(times["direct"]), median(times["pooled"])
+                rows.append(
+                    {
+                        "scenario": label,
+                        "direct_us": direct,
+                        "pooled_us": pooled,
+                        "ratio": pooled / direct,
+                        "direct_p99_us": percentile(latencies["direct"], 99) * 1e6,
+                        "pooled_p99_us": percentile(latencies["pooled"], 99) * 1e6,
+                        "target": POOLED_TARGET,
+                        "passed": pooled / direct <= POOLED_TARGET,
+                    }
+                )
+        finally:
+            for side in sides.values():
+                await side.close()
+    return {"turns": rows, "server": await pg_server(admin_url)}
+
+
+def report_pooled(result: dict[str, Any]) -> str:
+    rows = [
+        [
+            r["scenario"],
+            f"{r['pooled_us']:,.0f}",
+            f"{r['direct_us']:,.0f}",
+            f"{r['ratio']:.2f}x",
+            f"{r['pooled_p99_us']:,.0f} / {r['direct_p99_us']:,.0f}",
+            f"<= {r['target']}x",
+            "PASS" if r["passed"] else "FAIL",
+        ]
+        for r in result["turns"]
+    ]
+    headers = ["scenario", "pooled us", "direct us", "ratio", "p99 us pooled / direct"]
+    return (
+        "Agent turn through PgBouncer (transaction mode, pooler='transaction') vs Postgres"
+        " directly: wall time per turn, median of runs\n"
+        + render_table([*headers, "target", "result"], rows)
+    )
+
+
 # ---------------------------------------------------------------------- report
 
 
@@ -685,6 +780,13 @@ def report(results: dict[str, dict[str, Any]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser(__doc__ or "")
     parser.add_argument("--repeat", type=int, default=None, help="timed runs per scenario")
+    parser.add_argument(
+        "--pgbouncer",
+        metavar="URL",
+        default=None,
+        help="also run the agent turn through this PgBouncer (transaction mode, in front of"
+        " --pg-url's server) with pooler='transaction', beside Postgres directly",
+    )
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     if args.repeat is not None:
@@ -697,6 +799,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         lambda: run_postgres(cfg, args.pg_url),
     )
     print(report(results))
+    if args.pgbouncer:
+        results["pgbouncer"] = asyncio.run(bench_pooled(cfg, args.pg_url, args.pgbouncer))
+        print()
+        print(report_pooled(results["pgbouncer"]))
     if args.json:
         import aiosqlite
         import sqlalchemy

@@ -8,6 +8,7 @@ and on PostgreSQL (asyncpg); Alembic migrations own the schema. Start with
 from . import turns as turns
 from ._changes import Change as Change
 from ._connect import connect as connect
+from ._dberrors import DatabaseFailure as DatabaseFailure
 from ._editable import Conversation as Conversation
 from ._entries import Aside as Aside
 from ._entries import Entry as Entry
@@ -44,6 +45,7 @@ __all__ = [
     "ConflictError",
     "Conversation",
     "ConversationState",
+    "DatabaseFailure",
     "Entry",
     "HistStoreError",
     "Hit",

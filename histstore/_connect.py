@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Callable, Generator
@@ -16,16 +17,20 @@ from ._dberrors import translate_errors
 from ._dialects import can_create_tables, mode_options
 from ._drivers import for_dialect
 from ._engine import (
+    POOLERS,
     SETTINGS_OPTION,
     SqliteSettings,
     install_hooks,
     is_memory_url,
     make_engine,
+    plain_sqlite_url,
+    read_only_sqlite_url,
     resolve_target,
 )
 from ._errors import HistStoreError
 from ._executor import run_to_completion
 from ._models import Message
+from ._pg_url import display
 from ._store import Store, StoreSettings
 
 __all__ = ["connect"]
@@ -33,6 +38,7 @@ __all__ = ["connect"]
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_$]{0,62}")
 
 Durability = Literal["full", "process"]
+Pooler = Literal["transaction"]
 
 
 class _Connecting:
@@ -72,6 +78,8 @@ def connect(
     max_message_bytes: int = 16 * 1024 * 1024,
     max_batch: int = 10_000,
     schema: str | None = None,
+    read_only: bool = False,
+    pooler: Pooler | None = None,
 ) -> _Connecting:
     """Open a store. Await the result, or use it as an async context manager.
 
@@ -100,6 +108,20 @@ def connect(
             included, in this schema (``migrate=True`` and ``histstore migrate
             --schema`` create it when missing). Two schemas in one database are two
             independent stores.
+        read_only: never change the database: the schema is checked, not upgraded
+            (an older one is a ``SchemaError`` naming ``histstore migrate``), and every
+            call that would write raises ``DatabaseFailure`` (``write``: ``WriteError``
+            with nothing accepted) before reaching the database. An SQLite file is
+            opened read-only, so one on a read-only filesystem or without write
+            permission can be read. Not with ``migrate=True``.
+        pooler: PostgreSQL only. ``"transaction"``: the URL reaches the server through
+            a transaction-mode pooler (PgBouncer's ``pool_mode=transaction`` or
+            ``statement``, the pooled port of a managed provider), which may run
+            consecutive transactions on different server sessions; the store then
+            makes no named prepared statements and relies on no session state (each
+            statement is parsed on every execution). ``None`` (default): a direct
+            connection or a session-mode pooler. Not with an ``AsyncEngine``, which
+            must be made for the pooler by its owner.
 
     Raises:
         ValueError: the target or an option is not valid.
@@ -115,6 +137,10 @@ def connect(
             raise ValueError(f"{name} must be a positive int")
     if migrate not in (None, True, False):
         raise ValueError("migrate must be None, True or False")
+    if not isinstance(read_only, bool):
+        raise ValueError("read_only must be True or False")
+    if read_only and migrate is True:
+        raise ValueError("read_only=True cannot upgrade the schema (migrate=True)")
     if schema is not None and (
         not isinstance(schema, str) or _SCHEMA_NAME.fullmatch(schema) is None
     ):
@@ -122,6 +148,17 @@ def connect(
             "schema must be a PostgreSQL identifier: a letter or _, then letters,"
             " digits, _ or $, at most 63 characters"
         )
+    resolved = resolve_target(target)
+    if pooler not in POOLERS:
+        raise ValueError("pooler must be None or 'transaction'")
+    if pooler is not None:
+        if isinstance(resolved, AsyncEngine):
+            raise ValueError(
+                "pooler= configures the engine connect() makes from a URL; an AsyncEngine"
+                " must be created for the pooler by its owner"
+            )
+        if resolved.get_backend_name() != "postgresql":
+            raise ValueError("pooler= is for PostgreSQL behind a pooler, not for SQLite")
     options = {
         "count_tokens": count_tokens,
         "durability": durability,
@@ -129,8 +166,10 @@ def connect(
         "max_message_bytes": max_message_bytes,
         "max_batch": max_batch,
         "schema": schema,
+        "read_only": bool(read_only),
+        "pooler": pooler,
     }
-    return _Connecting(resolve_target(target), migrate, options)
+    return _Connecting(resolved, migrate, options)
 
 
 async def _open(
@@ -143,13 +182,22 @@ async def _open(
     max_message_bytes: int,
     max_batch: int,
     schema: str | None,
+    read_only: bool,
+    pooler: Pooler | None,
 ) -> Store:
     resolved = resolve_target(target)
     owns = not isinstance(resolved, AsyncEngine)
+    if (
+        read_only
+        and isinstance(resolved, URL)
+        and resolved.get_backend_name() == "sqlite"
+        and not is_memory_url(resolved)
+    ):
+        resolved = await asyncio.to_thread(read_only_sqlite_url, resolved)
     engine = (
         resolved
         if isinstance(resolved, AsyncEngine)
-        else make_engine(resolved, busy_timeout=busy_timeout)
+        else make_engine(resolved, busy_timeout=busy_timeout, read_only=read_only, pooler=pooler)
     )
     sqlite = engine.dialect.name == "sqlite"
     settings = StoreSettings(
@@ -163,12 +211,14 @@ async def _open(
         if sqlite
         else None,
         schema=schema,
+        read_only=read_only,
     )
     try:
         for_dialect(engine.dialect, schema)  # ValueError: a driver or option it cannot run
         install_hooks(engine)
         if migrate is not False:
-            await run_to_completion(_prepare_schema(engine, settings, migrate))
+            shown = display(resolved) if isinstance(resolved, URL) and not sqlite else None
+            await run_to_completion(_prepare_schema(engine, settings, migrate, shown))
     except BaseException:
         if owns:
             await engine.dispose()
@@ -177,15 +227,18 @@ async def _open(
 
 
 async def _prepare_schema(
-    engine: AsyncEngine, settings: StoreSettings, migrate: bool | None
+    engine: AsyncEngine, settings: StoreSettings, migrate: bool | None, shown: str | None = None
 ) -> None:
-    """Check the schema and, where asked (or on SQLite by default), upgrade it."""
+    """Check the schema and, where asked (or on SQLite by default), upgrade it; ``shown``:
+    the URL as the upgrade command in a ``SchemaError`` shows it (default: the engine's)."""
     options: dict[str, Any] = {}
     if settings.sqlite is not None:
         options[SETTINGS_OPTION] = settings.sqlite
-    upgrade = migrate is True or (migrate is None and settings.sqlite is not None)
+    upgrade = not settings.read_only and (
+        migrate is True or (migrate is None and settings.sqlite is not None)
+    )
     with translate_errors("opening the database"):
-        if settings.sqlite is not None and not is_memory_url(engine.url):
+        if settings.sqlite is not None and not is_memory_url(engine.url) and not settings.read_only:
             # WAL lets readers go on while one process writes. The mode is kept in
             # the file, so this runs once per open, outside any transaction.
             async with engine.connect() as conn:
@@ -202,11 +255,12 @@ async def _prepare_schema(
         if status.up_to_date:
             return
         if not upgrade or not status.known or not can_create:
-            url = engine.url.render_as_string(hide_password=True)
+            url = shown or plain_sqlite_url(engine.url).render_as_string(hide_password=True)
             _migrations.check(status, url, schema=schema, can_create=can_create)
         write_options = {**options, **mode_options(engine.dialect, "write")}
-        async with engine.execution_options(**write_options).begin() as conn:
-            await conn.run_sync(_migrations.upgrade, schema)
+        # Rolls back and tries again when it cannot get its locks (lock timeout,
+        # deadlock, SQLite busy), then fails saying nothing was changed.
+        await _migrations.upgrade_retrying(engine, write_options, status, schema)
 
 
 async def _journal_mode(conn: AsyncConnection) -> str:

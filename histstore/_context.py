@@ -29,6 +29,8 @@ class StoreSettings:
     max_batch: int = 10_000
     sqlite: SqliteSettings | None = None
     schema: str | None = None
+    read_only: bool = False
+    """``connect(read_only=True)``: every write is refused before reaching the database."""
 
 
 @dataclass

@@ -199,6 +199,10 @@ class Driver:
         """Whether a transaction is open; raises when the connection is gone."""
         return bool(conn.in_transaction)
 
+    def closed(self, conn: Any) -> bool:
+        """Whether the driver already knows the connection is gone (no round trip)."""
+        return False
+
     async def run(
         self,
         conn: Any,
@@ -394,6 +398,11 @@ class _Asyncpg(Driver):
         if conn.is_closed():
             raise ConnectionError("connection closed")
         return bool(conn.is_in_transaction())
+
+    def closed(self, conn: Any) -> bool:
+        # asyncpg reads its socket while idle, so it learns of a server's goodbye (a
+        # shutdown, a restart, an idle timeout) before the connection is used again.
+        return bool(conn.is_closed())
 
 
 def aiosqlite_one_trip() -> bool:

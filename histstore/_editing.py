@@ -118,7 +118,9 @@ def message_row(
         "position": position,
         "role": _rules.role_key(m.role),
         "data": m._text,
-        "token_count": None if count is None else _rules.token_count(count(m)),
+        "token_count": None
+        if count is None
+        else _rules.counted(count, m, conversation, f"the message at position {position}"),
         "created_at": entry.created_at or now,
         "search_text": indexed_text(m),
         "entry_id": eid(entry),

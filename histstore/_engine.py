@@ -23,8 +23,10 @@ without those options begins as it always did.
 from __future__ import annotations
 
 import os
+import sqlite3
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, unquote
 
 from sqlalchemy import URL, event, make_url, pool
 from sqlalchemy.engine import AdaptedConnection, Connection
@@ -32,16 +34,22 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ._errors import HistStoreError
+from ._pg_url import normalize, split
 
 __all__ = [
     "BEGIN_OPTION",
     "DEFAULT_FILE",
+    "POOLERS",
     "SqliteSettings",
     "install_hooks",
+    "install_pooler_hooks",
     "is_memory_url",
     "make_engine",
+    "plain_sqlite_url",
+    "read_only_sqlite_url",
     "resolve_target",
     "sqlite_setup",
+    "transaction_pooler_args",
 ]
 
 DEFAULT_FILE = "histstore.db"
@@ -100,7 +108,7 @@ def resolve_target(target: object) -> URL | AsyncEngine:
             f"histstore runs {backend} on {wanted}, not {driver}: use {backend}:// or"
             f" {backend}+{wanted}://"
         )
-    return url.set(drivername=f"{backend}+{wanted}")
+    return normalize(url.set(drivername=f"{backend}+{wanted}"))
 
 
 _DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
@@ -115,8 +123,134 @@ def is_memory_url(url: URL) -> bool:
     )
 
 
-def make_engine(url: URL, *, busy_timeout: float) -> AsyncEngine:
+_RO_MODES = ({"mode": "ro"}, {"mode": "ro", "immutable": "1"})
+"""SQLite's read-only opens, in the order tried: ``mode=ro`` shares the file with its
+writers (in WAL mode it needs the ``-shm`` file, existing or creatable);
+``immutable=1`` reads a file that nobody can change (a read-only filesystem, no
+``-shm``), without locks."""
+
+
+def read_only_sqlite_url(url: URL) -> URL:
+    """The URL that opens the SQLite file of ``url`` read-only (a ``file:`` URI).
+
+    ``mode=ro`` when the file can be read that way, else ``immutable=1`` (only where
+    ``mode=ro`` cannot read it: a read-only directory or filesystem without the WAL
+    index). Probes the file with a blocking open: call it off the event loop.
+
+    Raises:
+        HistStoreError: the file does not exist or cannot be read either way.
+    """
+    path = os.path.abspath(url.database or "")
+    if not os.path.isfile(path):
+        raise HistStoreError(f"no SQLite database at {path} to open read-only")
+    uri = "file:" + quote(path)
+    last: sqlite3.Error | None = None
+    for mode in _RO_MODES:
+        query = "&".join(f"{k}={v}" for k, v in mode.items())
+        try:
+            conn = sqlite3.connect(f"{uri}?{query}", uri=True)
+            try:
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            last = exc
+            continue
+        return URL.create(url.drivername, database=uri, query={**mode, "uri": "true"})
+    raise HistStoreError(f"cannot open {path} read-only: {last}") from last
+
+
+def plain_sqlite_url(url: URL) -> URL:
+    """``url`` as the user gave it: a read-only ``file:`` URI back to its file path."""
+    db = url.database or ""
+    if url.get_backend_name() != "sqlite" or url.query.get("uri") != "true":
+        return url
+    if not db.startswith("file:"):
+        return url
+    return URL.create(url.drivername, database=unquote(db[len("file:") :]))
+
+
+POOLERS = (None, "transaction")
+"""The values of ``connect(pooler=...)``."""
+
+
+def _unnamed() -> str:
+    return ""
+
+
+def transaction_pooler_args() -> dict[str, Any]:
+    """asyncpg's connect arguments behind a transaction-mode pooler (PgBouncer's
+    ``pool_mode=transaction``), where consecutive transactions, and even the protocol
+    messages of one statement outside a transaction, may run on different server
+    sessions.
+
+    Named prepared statements live in a server session, so none are made: asyncpg's own
+    statement cache is off, under which it prepares every statement unnamed and sends
+    the Parse again with the Bind and Execute (asyncpg ``Connection._get_statement``),
+    so each execution is self-contained on whatever session runs it. SQLAlchemy's
+    asyncpg dialect names the statements it prepares and caches them: its cache is off
+    and the name it asks for is the empty one, the unnamed statement, which asyncpg then
+    treats the same way (asyncpg's FAQ on pgbouncer; SQLAlchemy's asyncpg dialect docs,
+    "Prepared Statement Name with PGBouncer"). Use with ``install_pooler_hooks``.
+    """
+    return {
+        "statement_cache_size": 0,
+        "prepared_statement_cache_size": 0,
+        "prepared_statement_name_func": _unnamed,
+    }
+
+
+_TYPES_SQL = (
+    "SELECT NULL::int4[], NULL::int8[], NULL::text[], NULL::timestamptz[],"
+    " NULL::float8[], NULL::bytea[], NULL::bool[]"
+)
+"""Every array type histstore binds or reads (and a few more): asyncpg looks each up in
+the catalog the first time a connection meets it."""
+
+
+async def _settle_pooled(conn: Any) -> None:
+    """Make a new asyncpg connection change no session setting (see ``install_pooler_hooks``)."""
+    async with conn.transaction():
+        await conn.fetch(_TYPES_SQL)
+    caps: Any = getattr(conn, "_server_caps", None)
+    if getattr(caps, "jit", False):
+        conn._server_caps = caps._replace(jit=False)
+
+
+def _on_pooled_connect(dbapi_connection: Any, record: Any) -> None:
+    dbapi_connection.run_async(_settle_pooled)
+
+
+def install_pooler_hooks(engine: AsyncEngine) -> None:
+    """Keep ``engine``'s new connections from leaving session state behind a
+    transaction-mode pooler (once per engine; with ``transaction_pooler_args``).
+
+    asyncpg looks up a type it meets for the first time (an array's) with JIT turned
+    off by a session-level ``set_config`` and set back by a later statement; behind the
+    pooler those can run on two server sessions, leaving one with JIT off for the
+    other clients that use it. So each new connection looks up histstore's types in one
+    transaction (one session, where JIT ends as it was), and asyncpg is then told the
+    server has no JIT to switch (its private ``_server_caps``; when that is missing,
+    nothing is changed): a type met later is looked up with the server's own setting,
+    slower (JIT compiles the lookup) but leaving nothing behind.
+    """
+    sync = engine.sync_engine
+    if not event.contains(sync, "connect", _on_pooled_connect):
+        event.listen(sync, "connect", _on_pooled_connect)
+
+
+def make_engine(
+    url: URL, *, busy_timeout: float, read_only: bool = False, pooler: str | None = None
+) -> AsyncEngine:
     """Create the engine a store owns for ``url``.
+
+    ``read_only``: PostgreSQL sessions start with ``default_transaction_read_only``
+    (a guard behind the store's own refusal of writes); an SQLite URL must already be
+    ``read_only_sqlite_url``'s.
+
+    ``pooler``: ``"transaction"`` for a PostgreSQL server reached through a
+    transaction-mode pooler (see ``transaction_pooler_args``); then no session-level
+    setting is sent at startup either (a pooler refuses or drops them).
 
     Raises:
         HistStoreError: the URL's driver is not installed (the message says which extra
@@ -145,14 +279,28 @@ def make_engine(url: URL, *, busy_timeout: float) -> AsyncEngine:
                 pool_timeout=busy_timeout,
                 pool_recycle=-1,
             )
+    if pooler not in POOLERS:
+        raise ValueError("pooler must be None or 'transaction'")
+    if pooler is not None and url.get_backend_name() != "postgresql":
+        raise ValueError("pooler= is for PostgreSQL behind a pooler, not for SQLite")
+    if read_only and pooler is None and url.get_backend_name() == "postgresql":
+        connect_args = kwargs.setdefault("connect_args", {})
+        connect_args.setdefault("server_settings", {})["default_transaction_read_only"] = "on"
+    if pooler == "transaction":
+        kwargs.setdefault("connect_args", {}).update(transaction_pooler_args())
+    # The libpq parameters of a postgresql:// URL become asyncpg's connect arguments.
+    url, kwargs["connect_args"] = split(url, kwargs.get("connect_args", {}))
     try:
-        return create_async_engine(url, **kwargs)
+        engine = create_async_engine(url, **kwargs)
     except (ImportError, NoSuchModuleError) as exc:
         pg = url.get_backend_name() == "postgresql"
         hint = " (pip install 'histstore[postgres]')" if pg else ""
         raise HistStoreError(f"the driver for {url.drivername} is not installed{hint}") from exc
     except ArgumentError as exc:
         raise ValueError(f"cannot open {url.drivername} URL: {exc}") from None
+    if pooler == "transaction":
+        install_pooler_hooks(engine)
+    return engine
 
 
 def sqlite_setup(settings: SqliteSettings) -> list[str]:

@@ -10,7 +10,14 @@
     ├── WriteError           .outcome, .idempotency_key
     ├── CommitError          .conversation, .messages, .position, .outcome, retry()
     ├── WindowTooSmall
-    └── SchemaError
+    ├── SchemaError
+    └── DatabaseFailure      .phase, .sqlstate, .transient   (defined in _dberrors)
+
+``DatabaseFailure`` is an operation the database could not do: the server was down,
+shutting down, starting up, in recovery or out of connections, the connection was lost,
+or the server cancelled the statement (lock or statement timeout, cancel request,
+deadlock). A ``write`` raises ``WriteError`` instead, whose ``outcome`` says what is
+stored; ``uncertain=True`` only when the commit was sent and its answer lost.
 
 Messages name the conversation (and the failing operation) but never include message
 content; a database driver's exception is kept as ``__cause__``. This module is the

@@ -17,12 +17,13 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.util import greenlet_spawn
 
 from . import _dialects
 from ._connections import ConnectionCache
-from ._dberrors import DATABASE_ERRORS, DatabaseFailure, failure
+from ._dberrors import DATABASE_ERRORS, DatabaseFailure, connection_lost, failure, not_committed
 from ._drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_dialect
 from ._engine import SETTINGS_OPTION, SETUP_KEY, SqliteSettings, is_memory_url, sqlite_setup
 from ._errors import HistStoreError
@@ -30,6 +31,9 @@ from ._errors import HistStoreError
 __all__ = ["Executor", "Transaction", "run_to_completion"]
 
 T = TypeVar("T")
+
+_MAX_STALE = 64
+"""Connections found closed that one call drops before it takes whatever comes."""
 
 
 async def run_to_completion(coro: Coroutine[Any, Any, T]) -> T:
@@ -90,9 +94,16 @@ class Executor:
     """
 
     def __init__(
-        self, engine: AsyncEngine, sqlite: SqliteSettings | None, schema: str | None = None
+        self,
+        engine: AsyncEngine,
+        sqlite: SqliteSettings | None,
+        schema: str | None = None,
+        *,
+        read_only: bool = False,
     ) -> None:
         self.dialect = engine.dialect
+        self.read_only = read_only
+        """Every write transaction is refused (``connect(read_only=True)``)."""
         self.driver: Driver = for_dialect(engine.dialect, schema)
         self._base_engine = engine
         if schema is not None:
@@ -138,6 +149,14 @@ class Executor:
         """Connections kept for the next calls (checked out of the pool, unused)."""
         return self._cache.idle
 
+    def refuse_writes(self, action: str, conversation: str | None) -> None:
+        """Raise ``DatabaseFailure`` (nothing done) when the store is read-only."""
+        if self.read_only:
+            where = f" conversation {conversation!r}" if conversation is not None else ""
+            raise DatabaseFailure(
+                f"{action}{where} refused: the store was opened with read_only=True"
+            )
+
     def check(self) -> None:
         """Refuse work on a closed store, or from another event loop than the store's."""
         if self._closed:
@@ -166,14 +185,30 @@ class Executor:
 
     # ------------------------------------------------------------------ connections
 
+    async def _checkout(self) -> PoolProxiedConnection:
+        """A connection from the cache or the pool that the driver does not know to be
+        gone: one the server closed while it was idle (a restart, an idle timeout) is
+        invalidated, so the pool opens a new one, before anything is sent on it.
+
+        The engine has no pre-ping (a round trip per call); a connection that dies
+        unnoticed fails its call with ``DatabaseFailure`` and is never reused.
+        """
+        for _ in range(_MAX_STALE):
+            raw = await self._cache.get()
+            conn = raw.driver_connection
+            if conn is None or not self.driver.closed(conn):
+                return raw
+            await greenlet_spawn(raw.invalidate)
+        return await self._cache.get()
+
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[Any]:
         """A driver connection from the cache or the pool, given back after.
 
-        A connection whose state is unknown after an error is invalidated (the pool
-        opens another) instead of being reused.
+        A connection whose state is unknown after an error, or that was lost, is
+        invalidated (the pool opens another) instead of being reused.
         """
-        raw = await self._cache.get()
+        raw = await self._checkout()
         healthy = False
         try:
             conn = raw.driver_connection
@@ -187,11 +222,12 @@ class Executor:
             except HistStoreError:
                 healthy = True  # raised by a program; its transaction has ended
                 raise
-            except Exception:
+            except Exception as exc:
                 # A failed statement or a lost server: the transaction was rolled back if
-                # the connection still answers; else never give it back to the pool.
+                # the connection still answers; else never give it back to the pool (nor
+                # one that failed as lost, e.g. its protocol in a state it cannot leave).
                 try:
-                    healthy = not self.driver.in_transaction(conn)
+                    healthy = not self.driver.in_transaction(conn) and not connection_lost(exc)
                 except Exception:  # noqa: BLE001 - any failure here means "drop it"
                     healthy = False
                 if not healthy:
@@ -247,15 +283,26 @@ class Executor:
 
         A cancelled read just loses its connection, except in memory, where that
         connection is the database: there it runs to completion.
+
+        A read whose connection is lost while it runs (not while it is opened) runs
+        once more, on a new connection: it changes nothing, so that is safe, and a
+        connection that died unnoticed (the server restarted, a network device dropped
+        it) then costs no failure. A server that is down fails the second try too.
         """
         self.check()
 
         async def run() -> Sequence[Any]:
-            try:
-                async with self._connection() as conn:
-                    return await self.driver.fetch(conn, stmt, params)
-            except DATABASE_ERRORS as exc:
-                raise failure(action, conversation, exc, "body") from exc
+            for again in (True, False):
+                opened = False
+                try:
+                    async with self._connection() as conn:
+                        opened = True
+                        return await self.driver.fetch(conn, stmt, params)
+                except DATABASE_ERRORS as exc:
+                    if again and opened and connection_lost(exc):
+                        continue  # once more, on a new connection
+                    raise failure(action, conversation, exc, "body") from exc
+            raise AssertionError("unreachable")
 
         return await (run_to_completion(run()) if self._in_memory else run())
 
@@ -276,19 +323,24 @@ class Executor:
         and COMMIT round trips): a failure during it leaves the outcome unknown.
         """
         self.check()
+        self.refuse_writes(action, conversation)
 
         async def run() -> T:
             phase = Phase()
-            if single:
-                phase.name = "commit"
             try:
                 async with self._connection() as conn:
+                    if single:
+                        phase.name = "commit"  # its own commit, from the moment it is sent
                     value = await self.driver.run(
                         conn, program, phase, begin=not single, end=not single
                     )
                 phase.name = "done"
             except DATABASE_ERRORS as exc:
-                raise failure(action, conversation, exc, phase.name) from exc
+                # A server that answered with an error (a cancelled statement, a refused
+                # COMMIT) ended the transaction uncommitted, as did a statement the driver
+                # never sent: only a lost answer leaves the outcome unknown.
+                name = "body" if phase.name == "commit" and not_committed(exc) else phase.name
+                raise failure(action, conversation, exc, name) from exc
             return value.value if isinstance(value, Rollback) else value
 
         if single and not self._gated:
@@ -326,6 +378,7 @@ class Executor:
         normally, rolled back when it raises. Not shielded from cancellation: the
         connection of an interrupted transaction is dropped, never reused."""
         self.check()
+        self.refuse_writes(action, None)
         try:
             async with self._writing(action, None), self._connection() as conn:
                 tx = Transaction(self, conn, action)
@@ -354,6 +407,8 @@ class Executor:
         """Run SQLAlchemy Core ``work`` in one transaction of ``mode`` (see
         ``_dialects.mode_options``), to its end even when cancelled."""
         self.check()
+        if mode == "write":
+            self.refuse_writes(action, conversation)
         engine = self._engines[mode]
 
         async def transaction() -> T:
@@ -375,6 +430,8 @@ class Executor:
         """A SQLAlchemy connection in one transaction of ``mode`` for streaming reads
         (export); the transaction ends with the block."""
         self.check()
+        if mode == "write":
+            self.refuse_writes(action, None)
         try:
             async with self._engines[mode].connect() as conn, conn.begin():
                 yield conn

@@ -175,7 +175,7 @@ class History:
             return WriteOutcome(n, False, None)  # committed; only giving back failed
         if exc.phase == "body":
             raise WriteError(
-                f"{exc} (before commit)", outcome=ZERO, idempotency_key=key
+                f"{exc}; nothing was stored", outcome=ZERO, idempotency_key=key
             ) from exc.__cause__
         length = await was_stored(self._ctx, conversation, key, exc)
         return WriteOutcome(n, False, length)

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from . import _codec, _rules
+from ._dberrors import DatabaseFailure
 from ._entries import check_author
 from ._errors import HistStoreError, InvalidMessage
 from ._models import Summary
@@ -56,6 +57,10 @@ async def import_store(
 ) -> TransferStats:
     """Import an export file (given as its lines) into ``store`` (see the module doc).
 
+    An import the database fails (a full disk, a lost server) or whose file cannot be
+    read raises an error naming the line and the conversation where it stopped (none of
+    that conversation is stored, nor anything after it) and what was imported before.
+
     Through a scoped view every conversation becomes the view's user's; an id taken by
     a conversation the view may not see is ``NotFound``.
 
@@ -63,6 +68,8 @@ async def import_store(
         FormatError: the file is not a valid export, or holds a value the store refuses
             (names the line); the conversations before that one are imported.
         NotFound: a scoped view may not see a conversation of the file.
+        DatabaseFailure: the database failed (names the line and the conversation).
+        HistStoreError: reading the file failed (names the line).
     """
     if batch < 1:
         raise ValueError("batch must be at least 1")
@@ -71,7 +78,12 @@ async def import_store(
     version = _header(reader)
     ctx = store._ctx
 
+    # The conversations read but not yet committed, in file order, with the line of
+    # their record: the first is where an import that failed stopped.
+    pending: dict[int, tuple[str, int]] = {}
+
     def done(incoming: Incoming, changed: bool) -> None:
+        pending.pop(id(incoming), None)
         if changed:
             stats.conversations += 1
             stats.messages += incoming.length
@@ -79,28 +91,67 @@ async def import_store(
             stats.skipped += 1
 
     counted = [0, 0]  # conversation and message records read
-    async with Writer(ctx, batch=batch, action="import", done=done) as writer:
-        while (record := reader.next()) is not None:
-            kind = record.get("type")
-            if kind == "footer":
-                _footer(reader, record, counted)
-                break
-            if kind != "conversation":
-                raise reader.error(f"expected a conversation record, found {kind!r}")
-            counted[0] += 1
-            incoming = _incoming(reader, record, version)
-            writer.begin(incoming)
-            await _conversation(reader, writer, incoming, batch, ctx.settings.max_message_bytes)
-            counted[1] += incoming.length
-            await writer.end()
-            if progress is not None:
-                progress(stats)
-        else:
-            raise reader.error(
-                "the file ends before its footer (truncated?);"
-                " the conversations before this point were imported"
-            )
+    try:
+        async with Writer(ctx, batch=batch, action="import", done=done) as writer:
+            while (record := reader.next()) is not None:
+                kind = record.get("type")
+                if kind == "footer":
+                    _footer(reader, record, counted)
+                    break
+                if kind != "conversation":
+                    raise reader.error(f"expected a conversation record, found {kind!r}")
+                counted[0] += 1
+                line = reader.number
+                incoming = _incoming(reader, record, version)
+                pending[id(incoming)] = (incoming.id, line)
+                writer.begin(incoming)
+                limit = ctx.settings.max_message_bytes
+                await _conversation(reader, writer, incoming, batch, limit)
+                counted[1] += incoming.length
+                await writer.end()
+                reader.conversation = None
+                if progress is not None:
+                    progress(stats)
+            else:
+                raise reader.error(
+                    "the file ends before its footer (truncated?);"
+                    " the conversations before this point were imported"
+                )
+    except (DatabaseFailure, OSError) as exc:
+        raise _stopped(exc, reader, next(iter(pending.values()), None), stats) from exc
     return stats
+
+
+def _stopped(
+    exc: DatabaseFailure | OSError,
+    reader: Reader,
+    first: tuple[str, int] | None,
+    stats: TransferStats,
+) -> HistStoreError:
+    """The error for an import the database (or reading the file) failed: where it
+    stopped (the first conversation not stored, its record's line), why, and what was
+    imported before."""
+    if isinstance(exc, DatabaseFailure):
+        why = str(exc)
+    else:
+        why = f"reading the file failed: {exc.strerror or exc}"  # no filename: the caller's
+    if first is None:
+        where = f"line {reader.number}"
+        lost = "nothing after it was stored"
+    else:
+        cid, line = first
+        where = f"line {line}, conversation {cid!r}"
+        lost = "nothing from that conversation on was stored"
+        if isinstance(exc, DatabaseFailure) and exc.phase != "body":
+            lost = "whether that conversation was stored is unknown, none after it was"
+    before = (
+        f"{stats.conversations:,} conversations ({stats.messages:,} messages) were"
+        f" imported before it, {stats.skipped:,} were there unchanged"
+    )
+    message = f"{where}: {why}; {lost}; {before} (importing the file again resumes)"
+    if isinstance(exc, DatabaseFailure):
+        return DatabaseFailure(message, phase=exc.phase)
+    return HistStoreError(message)
 
 
 def _header(reader: Reader) -> int:
@@ -133,6 +184,7 @@ def _footer(reader: Reader, record: dict[str, Any], counted: list[int]) -> None:
 
 def _incoming(reader: Reader, record: dict[str, Any], version: int) -> Incoming:
     cid = reader.ident(record, "id", "conversation id")
+    reader.conversation = cid  # named by every error until its end record
     user = record.get("user")
     if user is not None:
         user = reader.ident(record, "user", "user")

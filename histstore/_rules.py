@@ -235,11 +235,16 @@ def prepare_batch(
     counts: list[int | None]
     if tokens is not None:
         counts = [
-            t if t is None or (type(t) is int and 0 <= t <= MAX_INT) else _refused_count(t, i)
+            t
+            if t is None or (type(t) is int and 0 <= t <= MAX_INT)
+            else _refused_count(conversation, t, i)
             for i, t in enumerate(tokens)
         ]
     elif count_tokens is not None:
-        counts = [token_count(count_tokens(m), "count_tokens' result") for m in messages]
+        counts = [
+            counted(count_tokens, m, conversation, f"message {i} of the batch")
+            for i, m in enumerate(messages)
+        ]
     else:
         counts = [None] * len(messages)
     stamps: list[datetime | None] | None = None
@@ -251,14 +256,50 @@ def prepare_batch(
                 stamps.append(None)
                 continue
             if t is not last[0]:  # a batch's messages often share one time value
-                last = (t, time(t, f"time of message {i}"))
+                last = (
+                    t,
+                    time(
+                        t, f"the time of message {i} of the batch for conversation {conversation!r}"
+                    ),
+                )
             stamps.append(last[1])
     return Batch(messages, counts, _codec.digest(m._text for m in messages), stamps)
 
 
-def _refused_count(value: object, i: int) -> int | None:
+def _refused_count(conversation: str, value: object, i: int) -> int | None:
     """The token-count rule, run only for a value the fast check did not pass."""
-    return token_count(value, f"token count of message {i}")
+    return token_count(
+        value, f"the token count of message {i} of the batch for conversation {conversation!r}"
+    )
+
+
+def counted(
+    count_tokens: Callable[[Message], int], message: Message, conversation: str, which: str
+) -> int:
+    """``count_tokens(message)``, checked: an int from 0 to 2**31-1.
+
+    Raises:
+        InvalidMessage: the function raised (its error is the cause) or returned
+            anything else; names ``which`` message (e.g. ``"message 2 of the batch"``)
+            and the conversation, never the content.
+    """
+    try:
+        value = count_tokens(message)
+    except Exception as exc:  # the caller's function: its error becomes the cause
+        raise InvalidMessage(
+            f"count_tokens raised {type(exc).__name__} for {which} for conversation"
+            f" {conversation!r}"
+        ) from exc
+    if type(value) is int and 0 <= value <= MAX_INT:
+        return value
+    if type(value) is int:
+        shown = "a negative int" if value < 0 else "an int over 2**31-1"
+    else:
+        shown = f"a {type(value).__name__}"
+    raise InvalidMessage(
+        f"count_tokens' result for {which} for conversation {conversation!r} must be an int"
+        f" from 0 to 2**31-1 (got: {shown})"
+    )
 
 
 def check_batch_size(conversation: str, n: int, max_batch: int) -> None:

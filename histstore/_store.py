@@ -58,7 +58,9 @@ class Store(EditableCalls):
         self._owner = owner
         self._is_view = shared is not None
         if shared is None:
-            shared = Shared(Executor(engine, settings.sqlite, settings.schema))
+            shared = Shared(
+                Executor(engine, settings.sqlite, settings.schema, read_only=settings.read_only)
+            )
         self._shared = shared
         self._executor = shared.executor
         ctx = self._ctx = Context(shared, settings, owner)

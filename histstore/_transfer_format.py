@@ -264,17 +264,24 @@ def end_line(cid: str) -> str:
 
 
 class Reader:
-    """Parses a file line by line, naming the line in every error it raises."""
+    """Parses a file line by line, naming the line in every error it raises, and the
+    conversation being read (``conversation``, set by the caller) when there is one."""
 
     def __init__(self, lines: Iterable[bytes], stats: TransferStats) -> None:
         self._lines = iter(lines)
         self._stats = stats
         self.number = 0
+        self.conversation: str | None = None
         self._last_time: tuple[object, datetime] = (object(), now())  # matches no text
 
     def error(self, message: str, number: int | None = None) -> FormatError:
-        """A ``FormatError`` naming the current line (or line ``number``)."""
-        return FormatError(f"line {self.number if number is None else number}: {message}")
+        """A ``FormatError`` naming the current line (or line ``number``) and the
+        conversation being read, unless ``message`` names it already."""
+        where = f"line {self.number if number is None else number}"
+        cid = self.conversation
+        if cid is not None and repr(cid) not in message:
+            where += f", conversation {cid!r}"
+        return FormatError(f"{where}: {message}")
 
     def next(self) -> dict[str, Any] | None:
         """The next record, or ``None`` at the end of the file."""

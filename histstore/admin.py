@@ -16,8 +16,9 @@ built on this module and the rest of the public API only.
             await admin.export_store(store.scoped("alice"), out)
 
 Migrations: ``await admin.migrate(url)`` creates or upgrades the schema,
-``await admin.migration_status(url)`` reads where it stands, ``admin.migration_sql(url)``
-gives the SQL for review instead. Transfers (``export_store``, ``import_store``,
+``await admin.migration_status(url)`` reads where it stands, ``await admin.upgrade_sql(url)``
+gives the SQL from the database's revision for review instead (``admin.migration_sql(url,
+from_revision=...)`` the same offline). Transfers (``export_store``, ``import_store``,
 ``copy_store``) stream JSON Lines or rows; see the README for the export format.
 """
 
@@ -35,6 +36,7 @@ from ._admin_schema import locate as locate
 from ._admin_schema import migrate as migrate
 from ._admin_schema import migration_sql as migration_sql
 from ._admin_schema import migration_status as migration_status
+from ._admin_schema import upgrade_sql as upgrade_sql
 from ._export import FormatError as FormatError
 from ._export import TransferStats as TransferStats
 from ._export import copy_store as copy_store
@@ -61,4 +63,5 @@ __all__ = [
     "purge_candidates",
     "reindex",
     "stats",
+    "upgrade_sql",
 ]

@@ -2,7 +2,8 @@
 
 Used three ways: by histstore itself (``connect()`` and ``histstore migrate`` hand over a
 connection in ``config.attributes["connection"]``), offline (``--sql``), and by the
-``alembic`` command from a checkout, with the URL from ``-x url=...`` or HISTSTORE_URL.
+``alembic`` command from a checkout, with the URL from ``-x url=...`` or HISTSTORE_URL
+(and ``-x pooler=transaction`` behind a transaction-mode pooler).
 Only tables named ``histstore_*`` are considered, so the migrations can share a database
 (and an ``alembic check``) with a host application's own.
 """
@@ -13,12 +14,13 @@ import asyncio
 from typing import Any
 
 from alembic import context
-from sqlalchemy import URL
+from sqlalchemy import URL, make_url
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from histstore._engine import resolve_target
+from histstore._engine import install_pooler_hooks, resolve_target, transaction_pooler_args
+from histstore._pg_url import split
 from histstore._schema import VERSION_TABLE, described, metadata
 
 config = context.config
@@ -64,10 +66,13 @@ def run_offline() -> None:
     schema = _schema()
     with context.begin_transaction():
         if schema is not None:
-            # Unqualified names in the scripts resolve into the schema from here on.
+            # Unqualified names in the scripts resolve into the schema until the script's
+            # one transaction ends: LOCAL, so a session the script ran in (psql through
+            # a transaction-mode pooler: a server session others go on to use) keeps
+            # its own search_path.
             quoted = '"' + schema.replace('"', '""') + '"'
             context.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
-            context.execute(f"SET search_path TO {quoted}")
+            context.execute(f"SET LOCAL search_path TO {quoted}")
         context.run_migrations()
 
 
@@ -87,7 +92,13 @@ def _run(connection: Connection) -> None:
 
 
 async def _run_async() -> None:
-    engine = create_async_engine(_url(), poolclass=NullPool)
+    url, connect_args = split(make_url(_url()))  # libpq parameters -> asyncpg's arguments
+    pooled = context.get_x_argument(as_dictionary=True).get("pooler") == "transaction"
+    if pooled:  # -x pooler=transaction, as connect()'s
+        connect_args.update(transaction_pooler_args())
+    engine = create_async_engine(url, poolclass=NullPool, connect_args=connect_args)
+    if pooled:
+        install_pooler_hooks(engine)
     try:
         async with engine.begin() as conn:
             await conn.run_sync(_run)

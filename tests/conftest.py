@@ -1,19 +1,29 @@
-"""One store fixture over every backend: an SQLite file, SQLite in memory, PostgreSQL.
+"""One store fixture over every backend: an SQLite file, SQLite in memory, PostgreSQL
+(directly and through PgBouncer).
 
 PostgreSQL comes from ``HISTSTORE_TEST_PG`` (default: the local server, database
 ``test``): the session creates one throwaway database there and drops it at the end.
 Without a server the Postgres cases are skipped, unless ``HISTSTORE_REQUIRE_POSTGRES=1``
 (CI sets it), which turns the skip into a failure.
+
+``postgres-pgbouncer`` is the same database through a transaction-mode PgBouncer that
+the session starts itself (``pgbouncer_url``), opened with ``pooler="transaction"``;
+without a ``pgbouncer`` binary it is skipped (failed under the same variable).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +43,8 @@ class Backend:
 
     name: str
     url: str
+    options: dict[str, Any] = field(default_factory=dict)
+    """What every ``connect()`` of this backend passes (``pooler`` through PgBouncer)."""
 
     @property
     def shared(self) -> bool:
@@ -40,7 +52,7 @@ class Backend:
         return self.name != "sqlite-memory"
 
     def connect(self, **options: Any) -> Any:
-        return histstore.connect(self.url, **options)
+        return histstore.connect(self.url, **{**self.options, **options})
 
 
 def _in_thread(fn: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -90,6 +102,9 @@ BACKENDS = [
     pytest.param("sqlite-file", marks=pytest.mark.sqlite_file, id="sqlite-file"),
     pytest.param("sqlite-memory", marks=pytest.mark.sqlite_memory, id="sqlite-memory"),
     pytest.param("postgres", marks=pytest.mark.postgres, id="postgres"),
+    pytest.param(
+        "postgres-pgbouncer", marks=pytest.mark.postgres_pgbouncer, id="postgres-pgbouncer"
+    ),
 ]
 SHARED_BACKENDS = [BACKENDS[0], BACKENDS[2]]
 
@@ -101,6 +116,9 @@ async def _make_backend(name: str, request: pytest.FixtureRequest, tmp_path: Pat
         return Backend(name, "sqlite://")
     url: str = request.getfixturevalue("pg_url")
     await _truncate_pg(url)
+    if name == "postgres-pgbouncer":
+        bouncer: str = request.getfixturevalue("pgbouncer_url")
+        return Backend(name, bouncer, {"pooler": "transaction"})
     return Backend(name, url)
 
 
@@ -127,3 +145,92 @@ async def store(backend: Backend) -> AsyncIterator[histstore.Store]:
 def cid() -> str:
     """A fresh conversation id."""
     return f"conv-{uuid.uuid4().hex}"
+
+
+# ---------------------------------------------------------------------------- PgBouncer
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _pgbouncer_ini(directory: Path, server_url: str, port: int) -> Path:
+    """A transaction-mode PgBouncer in ``directory``, in front of ``server_url``'s server.
+
+    A pool of 4 server connections per database and user (fewer than the store's own
+    pool and the tests' tasks, so clients queue and their transactions land on whichever
+    server session is free). Clients are trusted; PgBouncer logs into the server as the
+    URL's user, with its password when it has one.
+    """
+    url = make_url(server_url)
+    server = f"host={url.host or '127.0.0.1'} port={url.port or 5432} user={url.username}"
+    if url.password:
+        server += f" password={url.password}"
+    user = url.username or "postgres"
+    (directory / "users.txt").write_text(f'"{user}" "{url.password or ""}"\n')
+    ini = directory / "pgbouncer.ini"
+    ini.write_text(
+        "[databases]\n"
+        f"* = {server}\n"
+        "[pgbouncer]\n"
+        "listen_addr = 127.0.0.1\n"
+        f"listen_port = {port}\n"
+        "unix_socket_dir =\n"
+        "auth_type = trust\n"
+        f"auth_file = {directory / 'users.txt'}\n"
+        "pool_mode = transaction\n"
+        "default_pool_size = 4\n"
+        "min_pool_size = 0\n"
+        "reserve_pool_size = 0\n"
+        "max_client_conn = 200\n"
+        f"logfile = {directory / 'pgbouncer.log'}\n"
+        f"pidfile = {directory / 'pgbouncer.pid'}\n"
+    )
+    return ini
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_url(pg_url: str) -> Iterator[str]:
+    """The session's Postgres database through a transaction-mode PgBouncer that this
+    fixture starts (as the ``postgres`` user when run as root: PgBouncer refuses root)
+    on a free port, and stops after the session. Without a ``pgbouncer`` binary the
+    PgBouncer cases are skipped, unless ``HISTSTORE_REQUIRE_POSTGRES`` is set."""
+    binary = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
+    if binary is None:
+        if REQUIRE_PG:
+            pytest.fail("pgbouncer is required (HISTSTORE_REQUIRE_POSTGRES) but not installed")
+        pytest.skip("pgbouncer is not installed")
+    directory = Path(tempfile.mkdtemp(prefix="histstore-pgbouncer-"))
+    port = _free_port()
+    ini = _pgbouncer_ini(directory, pg_url, port)
+    command = [binary, str(ini)]
+    if os.geteuid() == 0:
+        shutil.chown(directory, "postgres")
+        command[1:1] = ["-u", "postgres"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log = directory / "pgbouncer.log"
+                text = log.read_text() if log.exists() else "(no log)"
+                pytest.fail(f"pgbouncer did not start: {text[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield (
+            make_url(pg_url).set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
+        )
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(directory, ignore_errors=True)

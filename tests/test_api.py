@@ -25,6 +25,7 @@ SPEC_EXPORTS = {
     "ConflictError",
     "WriteError",
     "CommitError",
+    "DatabaseFailure",
     "WindowTooSmall",
     "SchemaError",
     "Hit",
@@ -58,6 +59,9 @@ def test_error_tree() -> None:
     assert issubclass(histstore.InvalidMessage, ValueError)
     assert issubclass(histstore.NotFound, LookupError)
     assert not issubclass(histstore.ConflictError, histstore.WriteError)
+    assert not issubclass(histstore.DatabaseFailure, histstore.WriteError)
+    for name in ("phase", "sqlstate", "transient"):
+        assert name in (histstore.DatabaseFailure.__doc__ or ""), name
 
 
 def test_turns_module_functions() -> None:

@@ -512,7 +512,7 @@ async def test_fork_clear_and_purge(shared_backend: Any) -> None:
     assert dry.out == ""
     assert dry.err.startswith("0 conversations")
     await asyncio.sleep(1.1)
-    purged = await ok("purge", "--idle", "1s", "--url", url)
+    purged = await ok("purge", "--idle", "1s", "--yes", "--url", url)
     assert purged.out.startswith("purged 3 conversations")
     async with shared_backend.connect() as store:
         assert await store.conversations() == []
@@ -634,8 +634,8 @@ async def test_clear_several_ids_or_a_users_conversations(shared_backend: Any) -
             return set(await store.conversations())
 
     everything = set(ids) | set(extra)
-    # Without a terminal, only --yes deletes; nothing is deleted otherwise.
-    refused = await run("clear", extra[0], "--url", url)
+    # Without a terminal, only --yes deletes several; nothing is deleted otherwise.
+    refused = await run("clear", extra[0], ids[1], "--url", url)
     assert refused.code == 1
     assert_one_line_error(refused, "--yes")
     assert await present() == everything
@@ -690,16 +690,17 @@ async def run_on_terminal(*args: str, answer: bytes) -> Result:
 
 async def test_clear_asks_on_a_terminal(shared_backend: Any) -> None:
     url = shared_backend.url
-    cid = new_id("ask")
+    cid, other = new_id("ask"), new_id("ask")
     async with shared_backend.connect() as store:
         await store.write(cid, [Message.user("hi"), Message.user("again")])
-    declined = await run_on_terminal("clear", cid, "--url", url, answer=b"n\n")
+        await store.write(other, [Message.user("hi")])
+    declined = await run_on_terminal("clear", cid, other, "--url", url, answer=b"n\n")
     assert declined.code == 1
-    assert f"delete {cid!r} (2 messages)? [y/N]" in declined.err
+    assert "delete 2 conversations (3 messages)? [y/N]" in declined.err
     assert "nothing deleted" in declined.err
     async with shared_backend.connect() as store:
         assert await store.exists(cid)
-    accepted = await run_on_terminal("clear", cid, "--url", url, answer=b"y\n")
+    accepted = await run_on_terminal("clear", cid, other, "--url", url, answer=b"y\n")
     assert accepted.code == 0, accepted.err
     assert f"cleared {cid!r}" in accepted.out
     async with shared_backend.connect() as store:
@@ -733,11 +734,11 @@ async def test_purge_dry_run_lists_and_user_scopes(shared_backend: Any, tmp_path
     assert alice.out.split() == [ids[0]]
     async with shared_backend.connect() as store:
         assert set(await store.conversations()) == {*ids, recent}
-    bob = await ok("purge", "--idle", "30d", "--user", "bob", "--url", url)
+    bob = await ok("purge", "--idle", "30d", "--user", "bob", "--yes", "--url", url)
     assert bob.out.startswith("purged 1 conversations of user 'bob'")
     async with shared_backend.connect() as store:
         assert set(await store.conversations()) == {ids[0], ids[1], recent}
-    rest = await ok("purge", "--idle", "30d", "--url", url)
+    rest = await ok("purge", "--idle", "30d", "--yes", "--url", url)
     assert rest.out.startswith("purged 2 conversations")
     async with shared_backend.connect() as store:
         assert await store.conversations() == [recent]
@@ -1070,3 +1071,45 @@ async def test_reindex_fills_the_search_text(shared_backend: Any) -> None:
     rest = await ok("reindex", "--url", url)
     assert rest.out.strip() == "reindexed 3 messages"  # bob's two, and c
     assert len(printed_hits((await ok("search", "paris", "--url", url)).out)) == 5
+
+
+# ---------------------------------------------------------------------------- through PgBouncer
+
+
+@pytest.mark.postgres_pgbouncer
+async def test_commands_through_a_transaction_pooler(pgbouncer_url: str, tmp_path: Path) -> None:
+    """Command after command through PgBouncer in transaction mode: each process starts
+    its own statement numbering on server sessions the previous ones used."""
+    url, schema = pgbouncer_url, f"cli_{uuid4().hex[:8]}"
+    pooled = ("--url", url, "--schema", schema, "--pooler", "transaction")
+    migrated = await ok("migrate", *pooled)
+    assert "upgraded" in migrated.out
+    assert "already at the newest" in (await ok("migrate", *pooled)).out
+    async with histstore.connect(url, schema=schema, pooler="transaction") as store:
+        a, b = new_id("a"), new_id("b")
+        await store.write(a, [{"role": "user", "content": "bonjour paris"}])
+        await store.write(b, [{"role": "user", "content": f"m{i}"} for i in range(5)])
+    assert {a, b} <= set((await ok("ls", *pooled, "-q")).out.split())
+    assert "bonjour paris" in (await ok("show", a, *pooled)).out
+    stats = (await ok("stats", *pooled)).out.splitlines()
+    assert {line[:17].strip(): line[17:].strip() for line in stats}["messages"].startswith("6 ")
+    assert "paris" in (await ok("search", "paris", *pooled)).out
+    dump = tmp_path / "dump.jsonl"
+    await ok("export", *pooled, "-o", str(dump))
+    other = f"cli_{uuid4().hex[:8]}"
+    again = ("--url", url, "--schema", other, "--pooler", "transaction")
+    await ok("migrate", *again)
+    assert "imported 2 conversations" in (await ok("import", str(dump), *again)).out
+    await ok("clear", a, *again)
+    copied = await ok(
+        "copy", url, str(tmp_path / "copy.db"), "--source-schema", schema, "--pooler", "transaction"
+    )
+    assert "2" in copied.out
+    async with histstore.connect(url, schema=other, pooler="transaction") as store:
+        assert not await store.exists(a)
+        assert await store.count(b) == 5
+    async with histstore.connect(str(tmp_path / "copy.db")) as copy:
+        assert await copy.count(b) == 5
+    await ok("migrate", "--sql", *pooled)  # reads the database's revision, through the pooler
+    bad = await run("ls", "--url", str(tmp_path / "copy.db"), "--pooler", "session")
+    assert bad.code == 2

@@ -21,7 +21,7 @@ from typing import NoReturn
 
 from histstore import HistStoreError
 
-from ._commands import UsageError
+from ._commands import UsageError, pooler
 from ._parse import build_parser, parse_duration
 
 __all__ = ["build_parser", "main", "parse_duration"]
@@ -37,6 +37,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Run the ``histstore`` command (the console script's entry point); exits."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    pooler.set(getattr(args, "pooler", None))  # read by open_store, in asyncio.run's context
     try:
         code = asyncio.run(args.handler(args))
     except KeyboardInterrupt:

@@ -6,20 +6,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import histstore
 from histstore import HistStoreError, SchemaError, Store, admin
 
 from ._render import HitPrinter, ProgressLine, Style, span, table, when
 
-__all__ = ["UsageError", "open_store"]
+__all__ = ["UsageError", "open_store", "pooler"]
 
 _PAGE = 500
 
@@ -28,19 +31,36 @@ class UsageError(Exception):
     """The command line is wrong in a way the parser cannot see (exit status 2)."""
 
 
+pooler: ContextVar[Literal["transaction"] | None] = ContextVar("pooler", default=None)
+"""The command's ``--pooler`` (``main`` sets it): how every PostgreSQL database the command
+opens is reached."""
+
+
+def _pooler_for(where: admin.DatabaseLocation) -> Literal["transaction"] | None:
+    """``--pooler`` for one database: a server's URL takes it, an SQLite file ignores it."""
+    return pooler.get() if where.file is None else None
+
+
 @asynccontextmanager
 async def open_store(
-    url: str | None, *, create: bool = False, schema: str | None = None
+    url: str | None,
+    *,
+    create: bool = False,
+    schema: str | None = None,
+    read_only: bool = False,
 ) -> AsyncIterator[Store]:
     """Open a store (its tables in ``schema`` on PostgreSQL); a missing SQLite file is
-    an error unless ``create``."""
+    an error unless ``create``. ``read_only``: for the reading commands, which never
+    change the database, its schema included (``connect(read_only=True)``)."""
     where = admin.locate(url)
     if where.file is not None and not create and not where.file.exists():
         raise HistStoreError(
             f"no database at {where.display} (pass --url, or run 'histstore demo' to make one)"
         )
     try:
-        store = await histstore.connect(url, schema=schema)
+        store = await histstore.connect(
+            url, schema=schema, read_only=read_only, pooler=_pooler_for(where)
+        )
     except SchemaError:
         raise
     except HistStoreError as exc:
@@ -73,21 +93,47 @@ async def _confirm(question: str, yes: bool) -> bool:
 
 
 async def cmd_migrate(args: argparse.Namespace) -> int:
+    if args.from_revision is not None and not args.sql:
+        raise UsageError("--from goes with --sql (it prints the SQL from that revision)")
     if args.sql:
-        sys.stdout.write(admin.migration_sql(args.url, schema=args.schema))
+        if args.lock_timeout is not None:
+            raise UsageError(
+                "--lock-timeout applies when migrate runs the upgrade; for a script, set"
+                " it where it is applied (e.g. PGOPTIONS='-c lock_timeout=10s' psql ...)"
+            )
+        if args.from_revision is not None:
+            script = admin.migration_sql(
+                args.url, schema=args.schema, from_revision=args.from_revision
+            )
+        else:
+            script = await admin.upgrade_sql(
+                args.url, schema=args.schema, pooler=_pooler_for(admin.locate(args.url))
+            )
+        sys.stdout.write(script)
         return 0
     where = admin.locate(args.url).display
+    bar = ProgressLine("migrate")
+    started = time.monotonic()
     try:
-        before = await admin.migrate(args.url, schema=args.schema)
+        before = await admin.migrate(
+            args.url,
+            schema=args.schema,
+            lock_timeout=10.0 if args.lock_timeout is None else args.lock_timeout,
+            progress=lambda done, total: bar.update(done, total, "revisions", force=True),
+            pooler=_pooler_for(admin.locate(args.url)),
+        )
     except SchemaError:
         raise
     except HistStoreError as exc:
-        raise HistStoreError(f"cannot open {where}: {exc}") from exc
+        raise HistStoreError(f"{where}: {exc}") from exc
+    finally:
+        bar.close()
     if before.up_to_date:
         print(f"{where}: schema already at the newest revision ({before.head})")
     else:
         was = before.current or "no histstore schema"
-        print(f"{where}: schema upgraded to revision {before.head} (was: {was})")
+        took = time.monotonic() - started
+        print(f"{where}: schema upgraded from {was} to {before.head} in {took:.1f} s")
     return 0
 
 
@@ -101,7 +147,7 @@ async def cmd_ls(args: argparse.Namespace) -> int:
         "since": args.since,
         "until": args.until,
     }
-    async with open_store(args.url, schema=args.schema) as store:
+    async with open_store(args.url, schema=args.schema, read_only=True) as store:
         infos = await admin.list_conversations(
             store,
             **filters,
@@ -133,7 +179,7 @@ async def cmd_ls(args: argparse.Namespace) -> int:
 
 async def cmd_search(args: argparse.Namespace) -> int:
     query = " ".join(args.query)
-    async with open_store(args.url, schema=args.schema) as store:
+    async with open_store(args.url, schema=args.schema, read_only=True) as store:
         view = store.scoped(args.user) if args.user is not None else store
         hits = await view.search(query, conversation=args.conversation, limit=args.limit)
     if args.json:
@@ -160,7 +206,7 @@ async def cmd_reindex(args: argparse.Namespace) -> int:
 
 async def cmd_stats(args: argparse.Namespace) -> int:
     where = admin.locate(args.url)
-    async with open_store(args.url, schema=args.schema) as store:
+    async with open_store(args.url, schema=args.schema, read_only=True) as store:
         figures = await admin.stats(store.scoped(args.user) if args.user else store)
     size = None
     if where.file is not None:
@@ -196,7 +242,7 @@ async def cmd_stats(args: argparse.Namespace) -> int:
 
 
 async def cmd_export(args: argparse.Namespace) -> int:
-    async with open_store(args.url, schema=args.schema) as store:
+    async with open_store(args.url, schema=args.schema, read_only=True) as store:
         source = store.scoped(args.user) if args.user else store
         bar = ProgressLine("export")
 
@@ -211,10 +257,17 @@ async def cmd_export(args: argparse.Namespace) -> int:
             else:
                 # Written under another name first, so a failed export leaves no
                 # file that looks complete.
+                if os.path.isdir(target):  # noqa: ASYNC240 - one stat, before any work
+                    raise HistStoreError(f"{target}: is a directory (-o takes a file name)")
                 part = f"{target}.part"
-                with open(part, "w", encoding="utf-8", newline="\n") as out:  # noqa: ASYNC230
-                    stats = await admin.export_store(source, out, **options, progress=progress)
-                os.replace(part, target)
+                try:
+                    with open(part, "w", encoding="utf-8", newline="\n") as out:  # noqa: ASYNC230
+                        stats = await admin.export_store(source, out, **options, progress=progress)
+                    os.replace(part, target)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.remove(part)  # a failed export leaves nothing behind
+                    raise
         finally:
             bar.close()
     if sys.stderr.isatty() or target not in (None, "-"):
@@ -313,7 +366,9 @@ async def cmd_clear(args: argparse.Namespace) -> int:
             ids = [(cid, -1) for cid in await view.conversations()]
             what = f"all {len(ids):,} conversations of user {args.user!r}"
             messages = figures.messages
-        if not await _confirm(f"delete {what} ({messages:,} messages)?", args.yes):
+        # SPEC 10: one conversation by id is deleted as asked; several ask first.
+        several = len(ids) > 1 or not args.ids
+        if several and not await _confirm(f"delete {what} ({messages:,} messages)?", args.yes):
             print("histstore: nothing deleted", file=sys.stderr)
             return 1
         bar = ProgressLine("clear")
@@ -346,6 +401,10 @@ async def cmd_purge(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 0
+        question = f"delete every conversation{scope} idle for more than {shown}?"
+        if not await _confirm(question, args.yes):
+            print("histstore: nothing deleted", file=sys.stderr)
+            return 1
         n = await view.purge(idle_for=idle)
     print(f"purged {n:,} conversations{scope} idle for more than {shown}")
     return 0

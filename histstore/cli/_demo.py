@@ -172,7 +172,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
         compacted = await _compact_and_undo(store, view, cid, style)
         total = len(await store.conversations())
     out.write("\n" + style.bold("Next") + "\n")
-    url = "" if args.url is None else f" --url {args.url}"
+    url = "" if args.url is None else f" --url '{where.display}'"  # never a password
     steps = [
         (f"histstore ls{url}", f"{total} conversation(s) in this database"),
         (f"histstore show {cid}{url}", "this conversation again"),

@@ -101,8 +101,29 @@ def _int_from(lowest: int) -> Callable[[str], int]:
     return number
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise ValueError("must be more than 0 seconds")
+    return value
+
+
 _positive = _argument(_int_from(1))
 _non_negative = _argument(_int_from(0))
+
+
+def _pooler_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--pooler",
+        choices=["transaction"],
+        default=None,
+        help="PostgreSQL: 'transaction' when the URL reaches the server through a"
+        " transaction-mode pooler (PgBouncer's pool_mode=transaction, a provider's pooled"
+        " port); it applies to every PostgreSQL URL of the command",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="PostgreSQL: the schema holding histstore's tables (default: the usual one)",
     )
+    _pooler_option(url)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, handler: Any, help: str, *, with_url: bool = True) -> Any:
@@ -142,7 +164,23 @@ def build_parser() -> argparse.ArgumentParser:
     command("demo", _demo.cmd_demo, "run a scripted agent conversation and show what was stored")
 
     p = command("migrate", c.cmd_migrate, "create or upgrade the database schema")
-    p.add_argument("--sql", action="store_true", help="print the SQL instead of running it")
+    p.add_argument(
+        "--sql",
+        action="store_true",
+        help="print the SQL from the database's current revision instead of running it",
+    )
+    p.add_argument(
+        "--from",
+        dest="from_revision",
+        metavar="REV",
+        help="with --sql: the SQL from revision REV (base: no schema yet), without connecting",
+    )
+    p.add_argument(
+        "--lock-timeout",
+        type=_argument(_seconds),
+        metavar="S",
+        help="wait at most S seconds for any one lock, then roll back and retry (10)",
+    )
 
     p = command("ls", c.cmd_ls, "list conversations")
     user_option(p, "only this user's conversations")
@@ -245,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=_positive, default=None, help=batch)
     p.add_argument("--source-schema", metavar="NAME", help="PostgreSQL schema of SRC's tables")
     p.add_argument("--schema", metavar="NAME", help="PostgreSQL schema of DST's tables")
+    _pooler_option(p)
 
     p = command("fork", c.cmd_fork, "copy a conversation (or its first N messages) to a new id")
     p.add_argument("source", metavar="SRC")
@@ -266,4 +305,5 @@ def build_parser() -> argparse.ArgumentParser:
     )
     user_option(p, "only this user's conversations")
     p.add_argument("--dry-run", action="store_true", help="list them, delete nothing")
+    p.add_argument("-y", "--yes", action="store_true", help="do not ask (needed without a tty)")
     return parser

@@ -28,7 +28,7 @@ _PAGE = 500
 
 
 async def cmd_show(args: argparse.Namespace) -> int:
-    async with open_store(args.url, schema=args.schema) as store:
+    async with open_store(args.url, schema=args.schema, read_only=True) as store:
         await show_conversation(store, args.id, sys.stdout, last=args.last, as_json=args.json)
     return 0
 
@@ -152,7 +152,7 @@ def _record(change: Change) -> dict[str, Any]:
 
 
 async def cmd_log(args: argparse.Namespace) -> int:
-    async with open_store(args.url, schema=args.schema) as store:
+    async with open_store(args.url, schema=args.schema, read_only=True) as store:
         await admin.describe(store, args.id)  # an unknown id is "not found", as for show
         changes = await store.changes(args.id, since=args.since, limit=args.limit)
     if args.json:

@@ -1,0 +1,164 @@
+"""Issue 18, findings 6 and 7: the command's rough edges (confirmations, ``export -o``,
+an import the disk stops) and refusals that name the conversation (SPEC 7, 10, 14)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import new_id
+from test_cli import assert_one_line_error, ok, run, run_on_terminal
+
+import histstore
+from histstore import InvalidMessage, Message, admin
+
+# ---------------------------------------------------------------------------- count_tokens
+
+
+@pytest.mark.parametrize("result", ["7", -1, 2**31, 1.5, True, None, ValueError("boom")], ids=repr)
+async def test_a_bad_count_tokens_result_names_the_conversation(backend: Any, result: Any) -> None:
+    def count(m: Message) -> Any:
+        if m.content != "bad":
+            return 1
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    cid = new_id("tok")
+    async with backend.connect(count_tokens=count) as store:
+        with pytest.raises(InvalidMessage) as info:
+            await store.write(cid, [Message.user("fine"), Message.user("bad")])
+        assert repr(cid) in str(info.value)
+        assert "message 1 of the batch" in str(info.value)
+        assert "bad" not in str(info.value).replace("batch", "")
+        if isinstance(result, Exception):
+            assert info.value.__cause__ is result
+        assert not await store.exists(cid)
+
+
+# ---------------------------------------------------------------------------- import refusals
+
+
+def _file(cid: str, message: dict[str, Any], conv: dict[str, Any] | None = None) -> list[bytes]:
+    record = {
+        "type": "conversation", "id": cid, "user": None, "system_prompt": None,
+        "created_at": "2024-01-01T00:00:00+00:00", "updated_at": "2024-01-01T00:00:00+00:00",
+        "messages": 1, "metadata": {}, **(conv or {}),
+    }  # fmt: skip
+    base = {
+        "type": "message", "position": 0, "created_at": "2024-01-01T00:00:00+00:00",
+        "token_count": None, "data": {"role": "user", "content": "hi"},
+    }  # fmt: skip
+    lines = [
+        {"format": "histstore", "version": 1},
+        record,
+        {**base, **message},
+        {"type": "end", "id": cid},
+        {"type": "footer", "conversations": 1, "messages": 1},
+    ]
+    return [(json.dumps(r) + "\n").encode() for r in lines]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"position": 2**63},
+        {"created_at": "0001-01-01T00:00:00+01:00"},
+        {"token_count": 2**31},
+        {"deep": True},
+    ],
+    ids=["position", "time", "tokens", "nested"],
+)
+async def test_import_refusals_name_line_and_conversation(
+    store: histstore.Store, message: dict[str, Any]
+) -> None:
+    cid = new_id("imp")
+    lines = _file(cid, message)
+    if message.get("deep"):
+        lines[2] = b'{"type":"message","data":' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
+    with pytest.raises(admin.FormatError) as info:
+        await admin.import_store(store, lines)
+    assert "line 3" in str(info.value)
+    assert repr(cid) in str(info.value)
+    assert not await store.exists(cid)
+
+
+# ---------------------------------------------------------------------------- full disk
+
+
+async def _sh(*argv: str) -> subprocess.CompletedProcess[bytes]:
+    return await asyncio.to_thread(subprocess.run, argv, capture_output=True)
+
+
+async def test_an_import_the_disk_stops_names_line_and_conversation(tmp_path: Path) -> None:
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    mounted = await _sh("mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt))
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode().strip()}")
+    try:
+        source = str(tmp_path / "src.db")
+        ids = [f"conv-{i:02}" for i in range(20)]
+        async with histstore.connect(source) as st:
+            for cid in ids:
+                await st.write(cid, [Message.user(f"{i} " + "w " * 500) for i in range(150)])
+        dump = tmp_path / "dump.jsonl"
+        await ok("export", "--url", source, "-o", str(dump))
+        dst = str(mnt / "dst.db")
+        failed = await run("import", str(dump), "--url", dst)
+        assert_one_line_error(failed, "line ", "conversation 'conv-", "full", "imported before")
+        named = failed.err.split("conversation '", 1)[1].split("'", 1)[0]
+        assert (await _sh("mount", "-o", "remount,size=64m", str(mnt))).returncode == 0
+        async with histstore.connect(dst) as st:
+            stored = await st.conversations()
+            for cid in stored:
+                assert await st.count(cid) == 150  # whole or not at all
+        assert stored == [c for c in ids if c < named]
+        assert f"{len(stored)} conversations" in failed.err
+    finally:
+        await _sh("umount", "-l", str(mnt))
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+async def test_export_to_a_directory_fails_and_leaves_nothing(tmp_path: Path) -> None:
+    url = str(tmp_path / "s.db")
+    async with histstore.connect(url) as st:
+        await st.write(new_id("e"), [Message.user("hi")])
+    target = tmp_path / "out"
+    target.mkdir()
+    assert_one_line_error(await run("export", "--url", url, "-o", str(target)), "is a directory")
+    assert not list(tmp_path.rglob("*.part"))  # noqa: ASYNC240
+    assert list(target.iterdir()) == []
+
+
+async def test_confirmations_follow_spec_10(shared_backend: Any) -> None:
+    url = shared_backend.url
+    ids = [new_id("c") for _ in range(3)]
+    async with shared_backend.connect() as st:
+        for cid in ids:
+            await st.write(cid, [Message.user("hi")])
+    # One id: deleted as asked, no --yes needed.
+    await ok("clear", ids[0], "--url", url)
+    # Several: --yes needed off a terminal; nothing deleted otherwise.
+    assert_one_line_error(await run("clear", ids[1], ids[2], "--url", url), "--yes")
+    # purge: the same; --dry-run needs nothing.
+    assert_one_line_error(await run("purge", "--idle", "0s", "--url", url), "--yes")
+    async with shared_backend.connect() as st:
+        assert set(await st.conversations()) >= {ids[1], ids[2]}
+    await ok("purge", "--idle", "0s", "--dry-run", "--url", url)
+    no = await run_on_terminal("purge", "--idle", "0s", "--url", url, answer=b"n\n")
+    assert no.code == 1
+    assert "[y/N]" in no.err
+    assert "nothing deleted" in no.err
+    async with shared_backend.connect() as st:
+        assert set(await st.conversations()) >= {ids[1], ids[2]}
+    yes = await run_on_terminal("purge", "--idle", "0s", "--url", url, answer=b"y\n")
+    assert yes.code == 0, yes.err
+    async with shared_backend.connect() as st:
+        assert not {ids[1], ids[2]} & set(await st.conversations())

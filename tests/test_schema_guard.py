@@ -1,0 +1,306 @@
+"""SPEC 14: an older histstore writing into a newer schema fails, saying the schema is
+newer, and stores nothing; rows an older process stored before the guard existed (entry
+id 0) are repaired by the upgrade, so every reading and editing path works on them.
+
+"An older process" is played by the statements histstore sent before editable history
+(revision c4e8a1f2d9b7): those of the first revision's schema and those of the revision
+just before editable history (which adds ``search_text``), run as that code ran them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic import command
+from helpers import PYTHON, empty_pg_database, subprocess_env
+from sqlalchemy import Table, column, delete, insert, select, table, text, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+import histstore
+from histstore import _schema
+from histstore._engine import resolve_target
+from histstore._migrations import alembic_config
+
+NEWER = "schema is newer than this version of histstore"
+BEFORE_GUARD = "c4e8a1f2d9b7"  # editable history, the revision before the guard
+FIRST_COLUMNS = ("conversation_id", "position", "role", "data", "token_count", "created_at")
+SEARCH_COLUMNS = (*FIRST_COLUMNS, "search_text")  # 0313065f7133, before editable history
+OLD_CLEARED = ("histstore_vectors", "histstore_messages", "histstore_writes")
+OLD_CLEARED += ("histstore_summaries", "histstore_metadata", "histstore_list_items")
+OLD_CLEARED += ("histstore_lists",)
+
+
+def _old(t: Table, names: Sequence[str]) -> Any:
+    """``t`` as an older histstore knew it: only the columns it had then."""
+    return table(t.name, *(column(n, t.c[n].type) for n in names))
+
+
+def _upsert(dialect: str) -> Any:
+    return (sqlite if dialect == "sqlite" else postgresql).insert
+
+
+async def _old_append(
+    conn: AsyncConnection,
+    cid: str,
+    texts: Sequence[str],
+    *,
+    columns: Sequence[str] = FIRST_COLUMNS,
+    entry_id: int | None = None,
+) -> None:
+    """An older histstore's append: grow the conversation row (creating it), record the
+    batch, insert the messages. ``entry_id``: also give that entry id (Postgres, where
+    an older INSERT cannot store a row without one, to play what SQLite stored)."""
+    now = datetime.now(timezone.utc)
+    conv = _old(_schema.conversations, ("id", "owner", "length", "created_at", "updated_at"))
+    ins = _upsert(conn.dialect.name)(conv).values(
+        id=cid, owner=None, length=len(texts), created_at=now, updated_at=now
+    )
+    grown = ins.on_conflict_do_update(
+        index_elements=["id"],
+        set_={"length": conv.c.length + len(texts), "updated_at": now},
+    ).returning(conv.c.length)
+    length = (await conn.execute(grown)).scalar_one()
+    start = length - len(texts)
+    writes = _old(
+        _schema.writes, ("conversation_id", "key", "position", "count", "digest", "created_at")
+    )
+    key = f"old-{start}"
+    await conn.execute(
+        insert(writes).values(
+            conversation_id=cid,
+            key=key,
+            position=start,
+            count=len(texts),
+            digest="0" * 64,
+            created_at=now,
+        )
+    )
+    names = [*columns, *(["entry_id"] if entry_id is not None else [])]
+    rows = []
+    for i, t in enumerate(texts):
+        data = json.dumps({"role": "user", "content": t})
+        row = dict(zip(FIRST_COLUMNS, (cid, start + i, "user", data, None, now), strict=True))
+        if "search_text" in columns:
+            row["search_text"] = t
+        if entry_id is not None:
+            row["entry_id"] = entry_id
+        rows.append(row)
+    await conn.execute(insert(_old(_schema.messages, names)), rows)
+
+
+async def _old_pop(conn: AsyncConnection, cid: str) -> None:
+    """An older histstore's pop: shorten the conversation, then delete its last message."""
+    c = _schema.conversations
+    length = (
+        await conn.execute(
+            update(c).where(c.c.id == cid).values(length=c.c.length - 1).returning(c.c.length)
+        )
+    ).scalar_one()
+    m = _schema.messages
+    await conn.execute(delete(m).where(m.c.conversation_id == cid, m.c.position == length))
+
+
+async def _old_clear(conn: AsyncConnection, cid: str) -> None:
+    """An older histstore's clear: the tables it knew, then the conversation row."""
+    for name in OLD_CLEARED:
+        await conn.execute(text(f"DELETE FROM {name} WHERE conversation_id = :c"), {"c": cid})
+    await conn.execute(text("DELETE FROM histstore_conversations WHERE id = :c"), {"c": cid})
+
+
+async def _old_fork(conn: AsyncConnection, src: str, dst: str) -> None:
+    """An older histstore's fork: the new row, then the messages copied by INSERT ... SELECT."""
+    now = datetime.now(timezone.utc)
+    c = _schema.conversations
+    n = (await conn.execute(select(c.c.length).where(c.c.id == src))).scalar_one()
+    conv = _old(c, ("id", "owner", "length", "created_at", "updated_at"))
+    await conn.execute(
+        insert(conv).values(id=dst, owner=None, length=n, created_at=now, updated_at=now)
+    )
+    cols = ", ".join(FIRST_COLUMNS[1:])
+    await conn.execute(
+        text(
+            f"INSERT INTO histstore_messages (conversation_id, {cols})"
+            f" SELECT :dst, {cols} FROM histstore_messages WHERE conversation_id = :src"
+        ),
+        {"dst": dst, "src": src},
+    )
+
+
+async def _refused(engine: AsyncEngine, work: Any) -> None:
+    with pytest.raises(DBAPIError) as caught:
+        async with engine.begin() as conn:
+            await work(conn)
+    assert NEWER in str(caught.value)
+
+
+async def test_an_older_process_cannot_write_into_the_newer_schema(
+    shared_backend: Any,
+) -> None:
+    async with shared_backend.connect() as store:
+        await store.write("kept", [{"role": "user", "content": f"m{i}"} for i in range(3)])
+        await store.pop("kept")  # a change record of its own (histstore_changes)
+        await store.write("kept", [{"role": "user", "content": "m2"}])
+        before = await store.edit("kept")
+        log = await store.changes("kept")
+        engine = store.engine
+
+        for columns in (FIRST_COLUMNS, SEARCH_COLUMNS):
+            for cid in ("kept", "fresh"):
+                await _refused(
+                    engine, lambda conn, c=cid, k=columns: _old_append(conn, c, ["x"], columns=k)
+                )
+        await _refused(engine, lambda conn: _old_fork(conn, "kept", "forked"))
+        await _refused(engine, lambda conn: _old_pop(conn, "kept"))
+        await _refused(engine, lambda conn: _old_clear(conn, "kept"))
+
+        # Nothing the older process tried is stored; everything stored before is there.
+        after = await store.edit("kept")
+        assert after.entries == before.entries
+        assert after.revision == before.revision
+        assert await store.changes("kept") == log
+        assert not await store.exists("fresh")
+        assert not await store.exists("forked")
+        assert [m.content for m in await store.read("kept")] == ["m0", "m1", "m2"]
+
+        # histstore itself still does all of it.
+        await store.write("kept", [{"role": "user", "content": "m3"}])
+        await store.fork("kept", "forked")
+        assert await store.pop("kept") is not None
+        await store.clear("kept")
+        assert await store.count("forked") == 4
+
+
+# ---------------------------------------------------------------------------- repair
+
+
+@pytest.fixture(params=["sqlite-file", "postgres"])
+async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    if request.param == "sqlite-file":
+        yield f"sqlite:///{tmp_path / 'guard.db'}"
+    else:
+        request.getfixturevalue("pg_url")  # skips when there is no server
+        async with empty_pg_database() as url:
+            yield url
+
+
+@pytest.fixture
+async def engine(empty_url: str) -> AsyncIterator[AsyncEngine]:
+    url = resolve_target(empty_url)
+    assert not isinstance(url, AsyncEngine)
+    eng = create_async_engine(url, poolclass=NullPool)
+    try:
+        yield eng
+    finally:
+        await eng.dispose()
+
+
+async def _alembic(engine: AsyncEngine, action: str, *args: str) -> None:
+    def run(conn: Connection) -> None:
+        getattr(command, action)(alembic_config(conn), *args)
+
+    async with engine.begin() as conn:
+        await conn.run_sync(run)
+
+
+async def _cli(*args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        PYTHON,
+        "-m",
+        "histstore",
+        *args,
+        env={**subprocess_env(), "NO_COLOR": "1"},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=300)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def test_upgrade_repairs_what_an_older_process_stored(
+    engine: AsyncEngine, empty_url: str, tmp_path: Path
+) -> None:
+    """Before the guard, an older process stored messages with entry id 0 (on SQLite
+    the column's default) and a clear that left change records behind. The upgrade
+    numbers those messages, gives their conversations a log that builds them, drops
+    the orphans; every path works on them; downgrading removes the guard."""
+    await _alembic(engine, "upgrade", BEFORE_GUARD)
+    async with histstore.connect(empty_url, migrate=False) as store:
+        await store.write("c", [{"role": "user", "content": f"n{i}"} for i in range(3)])
+        await store.pop("c")
+        await store.write("clean", [{"role": "user", "content": "fine"}])
+        await store.write("gone", [{"role": "user", "content": "g"}])
+        await store.pop("gone")
+    pg = engine.dialect.name == "postgresql"
+    zero = 0 if pg else None  # Postgres refused an older INSERT outright (NOT NULL)
+    async with engine.begin() as conn:
+        await _old_append(conn, "c", ["o1", "o2"], entry_id=zero)
+        await _old_append(conn, "c", ["o3"], columns=SEARCH_COLUMNS, entry_id=zero)
+        await _old_append(conn, "o", ["p1", "p2"], entry_id=zero)
+        await _old_clear(conn, "gone")  # its pop's change record stays behind
+    async with histstore.connect(empty_url, migrate=False) as store:
+        with pytest.raises(histstore.HistStoreError):
+            await store.changes("c")  # what the older process left breaks the log
+
+    await _alembic(engine, "upgrade", "head")
+    c_texts = ["n0", "n1", "o1", "o2", "o3"]
+    async with histstore.connect(empty_url) as store:
+        for cid, texts in {"c": c_texts, "o": ["p1", "p2"]}.items():
+            await _numbered(store, cid, texts)
+        assert [e.entry_id for e in (await store.edit("c")).entries][:2] == [1, 2]
+        assert [m.content for m in await store.read("clean")] == ["fine"]
+        assert await store.changes("gone") == []  # the orphaned record is gone
+        await store.write("gone", [{"role": "user", "content": "again"}])
+        assert [c.kind for c in await store.changes("gone")] == ["write"]
+
+        assert await store.revert("c", 0, by="test") == 2
+        assert await store.read("c") == []
+        await store.revert("c", 1, by="test")
+        assert [m.content for m in await store.read("c")] == c_texts
+        await store.write("c", [{"role": "user", "content": "new"}])
+        ids = [e.entry_id for e in (await store.edit("c")).entries]
+        assert len(set(ids)) == 6
+        log = await store.changes("c")
+
+    assert "save" in await _cli("log", "c", "--url", empty_url)
+    exported = tmp_path / "c.jsonl"
+    await _cli("export", "--url", empty_url, "-o", str(exported))
+    imported, copied = tmp_path / "imported.db", tmp_path / "copied.db"
+    await _cli("import", str(exported), "--url", str(imported))
+    await _cli("copy", empty_url, str(copied))
+    for made in (imported, copied):
+        async with histstore.connect(str(made)) as other:
+            assert [m.content for m in await other.read("o")] == ["p1", "p2"]
+            assert await other.changes("c") == log
+
+    # Downgrading removes the guard: an older process's INSERT goes in again, and the
+    # next upgrade repairs it as before.
+    await _alembic(engine, "downgrade", BEFORE_GUARD)
+    async with engine.begin() as conn:
+        await _old_append(conn, "o", ["p3"], entry_id=zero)
+    await _alembic(engine, "upgrade", "head")
+    async with histstore.connect(empty_url) as store:
+        await _numbered(store, "o", ["p1", "p2", "p3"])
+        assert await store.changes("c") == log
+
+
+async def _numbered(store: histstore.Store, cid: str, texts: list[str]) -> None:
+    """``cid`` holds ``texts`` under distinct entry ids, as one ``save`` at revision 1."""
+    assert [m.content for m in await store.read(cid)] == texts
+    conv = await store.edit(cid)
+    ids = [e.entry_id for e in conv.entries]
+    assert all(i is not None and i > 0 for i in ids)
+    assert len(set(ids)) == len(ids)
+    assert conv.revision == 1
+    assert [c.kind for c in await store.changes(cid)] == ["save"]
