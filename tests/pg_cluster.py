@@ -219,7 +219,8 @@ def throwaway_cluster(*, tls: bool = False) -> Iterator[Cluster]:
     Local (socket) connections trust everyone; every TCP login needs a password
     (scram-sha-256): ``postgres`` and ``app`` both have ``PASSWORD``. The role
     ``app`` (owner of the database ``app``) is what the tests connect as. With
-    ``tls`` the server has ``ssl=on`` with a self-signed certificate; ``cluster.certs / "ca.crt"`` verifies it.
+    ``tls`` the server has ``ssl=on`` with a self-signed certificate, verified by
+    ``cluster.certs / "ca.crt"``.
     """
     initdb = find_bin("initdb")
     if initdb is None or find_bin("pg_ctl") is None:
