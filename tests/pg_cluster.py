@@ -159,13 +159,15 @@ class Cluster:
         return out.stdout
 
 
-def _make_certs(where: Path) -> None:
-    """A self-signed CA and a server certificate for 127.0.0.1/localhost."""
+def openssl(where: Path, *args: str) -> None:
+    """Run ``openssl ARGS`` in ``where``, raising on failure."""
+    subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=where)
 
-    def ssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=where)
 
-    ssl(
+def make_ca(where: Path, stem: str, name: str) -> Path:
+    """A self-signed CA in ``where``: ``STEM.key`` and ``STEM.crt`` (returned)."""
+    openssl(
+        where,
         "req",
         "-x509",
         "-newkey",
@@ -174,12 +176,22 @@ def _make_certs(where: Path) -> None:
         "-days",
         "2",
         "-subj",
-        "/CN=histstore test CA",
+        f"/CN={name}",
         "-keyout",
-        "ca.key",
+        f"{stem}.key",
         "-out",
-        "ca.crt",
+        f"{stem}.crt",
     )
+    return where / f"{stem}.crt"
+
+
+def _make_certs(where: Path) -> None:
+    """A self-signed CA and a server certificate for 127.0.0.1/localhost."""
+
+    def ssl(*args: str) -> None:
+        openssl(where, *args)
+
+    make_ca(where, "ca", "histstore test CA")
     (where / "ext.cnf").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
     ssl(
         "req",

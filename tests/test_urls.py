@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from uuid import uuid4
 
 import pytest
 from helpers import PYTHON, subprocess_env
-from pg_cluster import PASSWORD, Cluster, throwaway_cluster
+from pg_cluster import PASSWORD, Cluster, make_ca, openssl, throwaway_cluster
 from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -245,27 +244,7 @@ MY_SSL = "SELECT ssl, client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
 
 def other_ca(where: Path) -> str:
     """A CA that did not sign the server's certificate."""
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=someone else",
-            "-keyout",
-            str(where / "other.key"),
-            "-out",
-            str(where / "other.crt"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return str(where / "other.crt")
+    return str(make_ca(where, "other", "someone else"))
 
 
 @pytest.mark.parametrize(
@@ -373,7 +352,7 @@ def client_certificate(cluster: Cluster, where: Path, user: str) -> tuple[str, s
     assert cluster.certs is not None
 
     def ssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=where)
+        openssl(where, *args)
 
     ssl(
         "req",
