@@ -4,7 +4,7 @@ Run from a checkout::
 
     python bench/turns.py [--backend sqlite|postgres|all] [--pg-url URL] [--quick]
                           [--repeat N] [--sqlite-dir DIR] [--json FILE]
-                          [--pgbouncer URL]
+                          [--pgbouncer URL [--pooled-only]]
 
 It measures, in one run and on each backend:
 
@@ -332,6 +332,72 @@ class RawPostgres:
             self.pool = None
 
 
+class RawPooledPostgres(RawPostgres):
+    """The raw baseline through a transaction-mode pooler, at its physical limit: one
+    round trip per statement. Each task has its own connection, on which the statements
+    are prepared once without a name; asyncpg, with its statement cache off, sends each
+    one's Parse again with its Bind and Execute, so nothing is left on (or expected
+    from) a server session."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.conns: list[Any] = []
+        self.statements: list[dict[str, Any]] = []
+
+    async def prepare(self, workers: int) -> None:
+        import asyncpg
+
+        if len(self.conns) == workers:
+            return
+        await self.close()
+        kwargs = {**asyncpg_kwargs(self.url), "statement_cache_size": 0}
+        # the server's spelling of the encoding: PgBouncer then sends no SET before
+        # each transaction (as histstore's pooler="transaction" does)
+        kwargs["server_settings"] = {
+            **kwargs.get("server_settings", {}),
+            "client_encoding": "UTF8",
+        }
+        self.conns = [await asyncpg.connect(**kwargs) for _ in range(workers)]
+        self.statements = [{} for _ in range(workers)]
+
+    async def _unnamed(self, worker: int, sql: str) -> Any:
+        cached = self.statements[worker]
+        if sql not in cached:
+            cached[sql] = await self.conns[worker].prepare(sql, name="")
+        return cached[sql]
+
+    async def read(self, worker: int, cid: str) -> Sequence[Any]:
+        rows: list[Any] = await (await self._unnamed(worker, READ_SQL)).fetch(cid, READ_LIMIT)
+        return rows[::-1]
+
+    async def turn(self, worker: int, cid: str, batch: list[dict[str, Any]]) -> None:
+        await (await self._unnamed(worker, READ_SQL)).fetch(cid, READ_LIMIT)
+        texts = [encode(m) for m in batch]
+        append = await self._unnamed(worker, APPEND_ONE_SQL)
+        await append.fetch(
+            cid,
+            len(texts),
+            datetime.now(timezone.utc),
+            uuid.uuid4().hex,
+            batch_digest(texts),
+            [m["role"] for m in batch],
+            texts,
+            [m["content"] for m in batch],
+        )
+
+    async def length(self, cid: str) -> int:
+        await self.prepare(max(len(self.conns), 1))
+        value = await self.conns[0].fetchval(
+            "SELECT length FROM histstore_conversations WHERE id = $1", cid
+        )
+        return int(value or 0)
+
+    async def close(self) -> None:
+        for conn in self.conns:
+            await conn.close()
+        self.conns, self.statements = [], []
+
+
 # ---------------------------------------------------------------------- (a) turns
 
 
@@ -629,20 +695,32 @@ async def run_postgres(cfg: Config, admin_url: str) -> dict[str, Any]:
 POOLED_TARGET = 1.3
 
 
+POOLED_SIDES = ("direct", "pooled", "raw direct", "raw pooled")
+
+
 async def bench_pooled(cfg: Config, admin_url: str, bouncer_url: str) -> dict[str, Any]:
     """The agent turn on histstore through PgBouncer (``pooler="transaction"``) against
-    histstore on the same server directly."""
+    histstore on the same server directly, and the raw baseline both ways (what the
+    pooler's extra hop costs the minimal program)."""
     messages = chat_messages(1000)
     bouncer = make_url(bouncer_url)
-    async with pg_databases(admin_url, ["direct", "pooled"]) as urls:
+
+    def through(url: str) -> str:
+        moved = make_url(url).set(host=bouncer.host, port=bouncer.port)
+        if bouncer.username:
+            moved = moved.set(username=bouncer.username, password=bouncer.password)
+        return moved.render_as_string(hide_password=False)
+
+    async with pg_databases(admin_url, ["direct", "pooled", "rawdirect", "rawpooled"]) as urls:
         for url in urls.values():
             await (await histstore.connect(url, migrate=True)).close()
-        through = make_url(urls["pooled"]).set(host=bouncer.host, port=bouncer.port)
-        if bouncer.username:
-            through = through.set(username=bouncer.username, password=bouncer.password)
-        sides = {
+        sides: dict[str, Side] = {
             "direct": HistSide(await histstore.connect(urls["direct"])),
-            "pooled": HistSide(await histstore.connect(through, pooler="transaction")),
+            "pooled": HistSide(
+                await histstore.connect(through(urls["pooled"]), pooler="transaction")
+            ),
+            "raw direct": RawPostgres(urls["rawdirect"]),
+            "raw pooled": RawPooledPostgres(through(urls["rawpooled"])),
         }
         rows: list[dict[str, Any]] = []
         try:
@@ -650,11 +728,12 @@ async def bench_pooled(cfg: Config, admin_url: str, bouncer_url: str) -> dict[st
                 log(f"postgres through pgbouncer: turns, {label}")
                 warm = max(workers, min(cfg.conversations, 16))
                 for side in sides.values():
+                    await side.prepare(workers)
                     await run_turns(
                         side, conversations=warm, turns=5, workers=workers, messages=messages
                     )
-                times: dict[str, list[float]] = {"direct": [], "pooled": []}
-                latencies: dict[str, list[float]] = {"direct": [], "pooled": []}
+                times: dict[str, list[float]] = {name: [] for name in sides}
+                latencies: dict[str, list[float]] = {name: [] for name in sides}
                 order = list(sides)
                 for rep in range(cfg.repeats):
                     for name in order if rep % 2 == 0 else order[::-1]:
@@ -671,17 +750,23 @@ async def bench_pooled(cfg: Config, admin_url: str, bouncer_url: str) -> dict[st
                             raise RuntimeError(f"{name}: a conversation holds {got} messages")
                         times[name].append(elapsed / (cfg.conversations * cfg.turns) * 1e6)
                         log(f"  {label} run {rep + 1}: {name} {times[name][-1]:,.0f} us/turn")
-                direct, pooled = median(times["direct"]), median(times["pooled"])
+                med = {name: median(values) for name, values in times.items()}
+                p99 = {name: percentile(values, 99) * 1e6 for name, values in latencies.items()}
                 rows.append(
                     {
                         "scenario": label,
-                        "direct_us": direct,
-                        "pooled_us": pooled,
-                        "ratio": pooled / direct,
-                        "direct_p99_us": percentile(latencies["direct"], 99) * 1e6,
-                        "pooled_p99_us": percentile(latencies["pooled"], 99) * 1e6,
+                        "direct_us": med["direct"],
+                        "pooled_us": med["pooled"],
+                        "ratio": med["pooled"] / med["direct"],
+                        "direct_p99_us": p99["direct"],
+                        "pooled_p99_us": p99["pooled"],
+                        "raw_direct_us": med["raw direct"],
+                        "raw_pooled_us": med["raw pooled"],
+                        "raw_ratio": med["raw pooled"] / med["raw direct"],
+                        "raw_direct_p99_us": p99["raw direct"],
+                        "raw_pooled_p99_us": p99["raw pooled"],
                         "target": POOLED_TARGET,
-                        "passed": pooled / direct <= POOLED_TARGET,
+                        "passed": med["pooled"] / med["direct"] <= POOLED_TARGET,
                     }
                 )
         finally:
@@ -698,16 +783,27 @@ def report_pooled(result: dict[str, Any]) -> str:
             f"{r['direct_us']:,.0f}",
             f"{r['ratio']:.2f}x",
             f"{r['pooled_p99_us']:,.0f} / {r['direct_p99_us']:,.0f}",
+            f"{r['raw_pooled_us']:,.0f} / {r['raw_direct_us']:,.0f}",
+            f"{r['raw_ratio']:.2f}x",
             f"<= {r['target']}x",
             "PASS" if r["passed"] else "FAIL",
         ]
         for r in result["turns"]
     ]
-    headers = ["scenario", "pooled us", "direct us", "ratio", "p99 us pooled / direct"]
+    headers = [
+        "scenario",
+        "pooled us",
+        "direct us",
+        "ratio",
+        "p99 us pooled / direct",
+        "raw us pooled / direct",
+        "raw ratio",
+    ]
     return (
         "Agent turn through PgBouncer (transaction mode, pooler='transaction') vs Postgres"
-        " directly: wall time per turn, median of runs\n"
-        + render_table([*headers, "target", "result"], rows)
+        " directly: wall time per turn, median of runs. The raw columns: the minimal asyncpg"
+        " program (one round trip per statement) the same two ways, i.e. what the pooler's"
+        " hop costs by itself\n" + render_table([*headers, "target", "result"], rows)
     )
 
 
@@ -787,18 +883,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also run the agent turn through this PgBouncer (transaction mode, in front of"
         " --pg-url's server) with pooler='transaction', beside Postgres directly",
     )
+    parser.add_argument(
+        "--pooled-only",
+        action="store_true",
+        help="with --pgbouncer: only the pooled comparison, not (a) and (b)",
+    )
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     if args.repeat is not None:
         cfg = Config(**{**asdict(cfg), "repeats": max(1, args.repeat)})
     kinds = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]
 
-    results = run_backends(
-        kinds,
-        lambda: run_sqlite(cfg, args.sqlite_dir),
-        lambda: run_postgres(cfg, args.pg_url),
-    )
-    print(report(results))
+    results: dict[str, dict[str, Any]] = {}
+    if not (args.pooled_only and args.pgbouncer):
+        results = run_backends(
+            kinds,
+            lambda: run_sqlite(cfg, args.sqlite_dir),
+            lambda: run_postgres(cfg, args.pg_url),
+        )
+        print(report(results))
     if args.pgbouncer:
         results["pgbouncer"] = asyncio.run(bench_pooled(cfg, args.pg_url, args.pgbouncer))
         print()

@@ -212,6 +212,7 @@ async def _open(
         else None,
         schema=schema,
         read_only=read_only,
+        pooled=pooler is not None,
     )
     try:
         for_dialect(engine.dialect, schema)  # ValueError: a driver or option it cannot run

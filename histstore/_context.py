@@ -31,6 +31,9 @@ class StoreSettings:
     schema: str | None = None
     read_only: bool = False
     """``connect(read_only=True)``: every write is refused before reaching the database."""
+    pooled: bool = False
+    """``connect(pooler="transaction")``: the server is reached through a transaction-mode
+    pooler (see ``_drivers.for_dialect``)."""
 
 
 @dataclass

@@ -24,6 +24,8 @@ from __future__ import annotations
 import random
 import sqlite3
 import time
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -377,6 +379,46 @@ class _Asyncpg(Driver):
     # for serialization.
     snapshot_sql = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
+    def __init__(self, dialect: Dialect, schema: str | None, pooled: bool) -> None:
+        super().__init__(dialect, schema)
+        self.reuse_unnamed = pooled
+        """Behind a transaction-mode pooler, and while asyncpg allows it (``_statement``)."""
+        self._unnamed: weakref.WeakKeyDictionary[Any, OrderedDict[str, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def _statement(self, conn: Any, sql: str) -> Any | None:
+        """Behind a transaction-mode pooler: the connection's reusable *unnamed*
+        statement for ``sql``, or ``None`` to run it through ``conn`` itself.
+
+        asyncpg's statement cache is off there (``_engine.transaction_pooler_args``), so
+        ``conn.fetch`` would spend a round trip describing the statement before each
+        execution. A statement prepared once with the empty name keeps its description
+        on the client and is marked *unprepared*: every execution sends its Parse again
+        together with Bind and Execute, one round trip, complete on whichever server
+        session runs it; no server session keeps anything of it. That mark is asyncpg's
+        private ``PreparedStatementState.prepared``: when it cannot be read as
+        ``False`` (another asyncpg), this returns ``None`` and nothing is reused.
+        """
+        if not self.reuse_unnamed:
+            return None
+        cached = self._unnamed.get(conn)
+        if cached is None:
+            cached = self._unnamed[conn] = OrderedDict()
+        statement = cached.get(sql)
+        if statement is not None:
+            cached.move_to_end(sql)
+            return statement
+        statement = await conn.prepare(sql, name="")
+        state = getattr(statement, "_state", None)
+        if getattr(state, "prepared", True) is not False:
+            self.reuse_unnamed = False  # this asyncpg: statements run through ``conn``
+            return None
+        cached[sql] = statement
+        if len(cached) > _UNNAMED_CACHE_SIZE:
+            cached.popitem(last=False)
+        return statement
+
     async def fetch(
         self,
         conn: Any,
@@ -384,13 +426,24 @@ class _Asyncpg(Driver):
         params: Mapping[str, Any],
         memo: Memo | None = None,
     ) -> Sequence[Any]:
-        return await conn.fetch(stmt.sql, *stmt.args(params, memo))  # type: ignore[no-any-return]
+        args = stmt.args(params, memo)
+        statement = await self._statement(conn, stmt.sql)
+        if statement is not None:
+            return await statement.fetch(*args)  # type: ignore[no-any-return]
+        return await conn.fetch(stmt.sql, *args)  # type: ignore[no-any-return]
 
     async def execute(
         self, conn: Any, stmt: CompiledStatement, params: Any, many: bool, memo: Memo
     ) -> None:
+        statement = await self._statement(conn, stmt.sql)
         if many:
-            await conn.executemany(stmt.sql, [stmt.args(p, memo) for p in params])
+            rows = [stmt.args(p, memo) for p in params]
+            if statement is not None:
+                await statement.executemany(rows)
+            else:
+                await conn.executemany(stmt.sql, rows)
+        elif statement is not None:
+            await statement.fetch(*stmt.args(params, memo))
         else:
             await conn.execute(stmt.sql, *stmt.args(params, memo))
 
@@ -405,6 +458,11 @@ class _Asyncpg(Driver):
         return bool(conn.is_closed())
 
 
+_UNNAMED_CACHE_SIZE = 256
+"""Reusable unnamed statements kept per connection behind a pooler (least recently
+used first out); histstore's statements are a fixed set well below it."""
+
+
 def aiosqlite_one_trip() -> bool:
     """Whether the installed aiosqlite has what the one-trip program needs."""
     import aiosqlite
@@ -414,8 +472,9 @@ def aiosqlite_one_trip() -> bool:
     )
 
 
-def for_dialect(dialect: Dialect, schema: str | None = None) -> Driver:
+def for_dialect(dialect: Dialect, schema: str | None = None, *, pooled: bool = False) -> Driver:
     """The driver seam for an engine's dialect; statements name ``schema`` when given.
+    ``pooled``: the engine reaches PostgreSQL through a transaction-mode pooler.
 
     Raises:
         ValueError: a driver histstore does not run on, or a schema on SQLite.
@@ -426,7 +485,7 @@ def for_dialect(dialect: Dialect, schema: str | None = None) -> Driver:
             raise ValueError("schema= places the tables in a PostgreSQL schema; not on SQLite")
         return _Aiosqlite(dialect, aiosqlite_one_trip())
     if name == "postgresql" and driver == "asyncpg":
-        return _Asyncpg(dialect, schema)
+        return _Asyncpg(dialect, schema, pooled)
     raise ValueError(
         f"histstore runs on sqlite+aiosqlite and postgresql+asyncpg, not {name}+{driver}"
     )

@@ -192,11 +192,16 @@ def transaction_pooler_args() -> dict[str, Any]:
     and the name it asks for is the empty one, the unnamed statement, which asyncpg then
     treats the same way (asyncpg's FAQ on pgbouncer; SQLAlchemy's asyncpg dialect docs,
     "Prepared Statement Name with PGBouncer"). Use with ``install_pooler_hooks``.
+
+    The client encoding asyncpg asks for is spelled the way the server reports it
+    (``UTF8``, not asyncpg's default ``utf-8``): PgBouncer compares the two spellings and
+    otherwise sends a ``SET client_encoding`` to the server before every transaction.
     """
     return {
         "statement_cache_size": 0,
         "prepared_statement_cache_size": 0,
         "prepared_statement_name_func": _unnamed,
+        "server_settings": {"client_encoding": "UTF8"},
     }
 
 

@@ -100,11 +100,12 @@ class Executor:
         schema: str | None = None,
         *,
         read_only: bool = False,
+        pooled: bool = False,
     ) -> None:
         self.dialect = engine.dialect
         self.read_only = read_only
         """Every write transaction is refused (``connect(read_only=True)``)."""
-        self.driver: Driver = for_dialect(engine.dialect, schema)
+        self.driver: Driver = for_dialect(engine.dialect, schema, pooled=pooled)
         self._base_engine = engine
         if schema is not None:
             # Core work names the schema through SQLAlchemy's translate map; compiled

@@ -59,7 +59,13 @@ class Store(EditableCalls):
         self._is_view = shared is not None
         if shared is None:
             shared = Shared(
-                Executor(engine, settings.sqlite, settings.schema, read_only=settings.read_only)
+                Executor(
+                    engine,
+                    settings.sqlite,
+                    settings.schema,
+                    read_only=settings.read_only,
+                    pooled=settings.pooled,
+                )
             )
         self._shared = shared
         self._executor = shared.executor

@@ -162,9 +162,12 @@ class Faults:
             async def call(obj: Any, *args: Any, **kwargs: Any) -> Any:
                 if self.unreachable:
                     raise error()
-                if args and self._insert_fails(_verb(args[0])):
+                # a prepared statement (pooler="transaction") carries its own query
+                prepared = isinstance(obj, asyncpg.prepared_stmt.PreparedStatement)
+                verb = _verb(obj.get_query() if prepared else args[0] if args else None)
+                if self._insert_fails(verb):
                     raise asyncpg.exceptions.DataError("injected fault")
-                if name == "fetch" and args and _verb(args[0]).startswith("WITH GROWN AS"):
+                if name == "fetch" and verb.startswith("WITH GROWN AS"):
                     # The one-statement append is its own transaction: its commit is
                     # the statement itself, so a lost commit is a connection cut there.
                     return await self._commit(lambda: orig(obj, *args, **kwargs), _nothing, error())

@@ -157,3 +157,72 @@ async def test_nothing_is_left_in_the_server_sessions(pgbouncer_url: str) -> Non
         assert session["listening"] == []
         assert session["advisory"] == []
         assert session["temp"] == 0
+
+
+@pytest.mark.postgres_pgbouncer
+async def test_statements_are_described_once_per_connection(
+    pgbouncer_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the pooler each statement is described once per connection and then runs
+    in one round trip (Parse, Bind and Execute together): turns after the first prepare
+    nothing new, and what they write and read is right."""
+    prepared: list[str] = []
+    real_prepare = asyncpg.connection.Connection.prepare
+
+    async def prepare(conn: Any, query: str, **kwargs: Any) -> Any:
+        if "histstore_messages" in query:  # histstore's own statements, not SQLAlchemy's
+            prepared.append(query)
+        return await real_prepare(conn, query, **kwargs)
+
+    monkeypatch.setattr(asyncpg.connection.Connection, "prepare", prepare)
+    async with histstore.connect(pgbouncer_url, pooler="transaction") as store:
+        cid = new_id("once")
+        await store.write(cid, [{"role": "user", "content": "warm"}])
+        await store.read(cid, limit=2)
+        warm = len(prepared)
+        assert warm > 0, "the pooled path prepares its statements"
+        for k in range(20):
+            await store.write(cid, [{"role": "user", "content": f"turn {k}"}])
+            assert [m.content for m in await store.read(cid, limit=1)] == [f"turn {k}"]
+        assert len(prepared) == warm
+        assert await store.count(cid) == 21
+
+
+@pytest.mark.postgres_pgbouncer
+async def test_another_asyncpg_falls_back_to_describing_each_time(
+    pgbouncer_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When asyncpg's statements no longer say they are re-parsed on each execution, the
+    store does not reuse them (it could otherwise bind a statement another client of
+    the server session parsed): it runs each statement through the connection again."""
+    real_prepare = asyncpg.connection.Connection.prepare
+    prepared: list[str] = []
+    ran_opaque: list[str] = []
+
+    class Opaque:
+        """A prepared statement whose state says nothing (everything else it has)."""
+
+        def __init__(self, inner: Any) -> None:
+            self._inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            if name == "_state":
+                raise AttributeError(name)
+            if name in ("fetch", "executemany") and "histstore_messages" in self._inner.get_query():
+                ran_opaque.append(name)
+            return getattr(self._inner, name)
+
+    async def prepare(conn: Any, query: str, **kwargs: Any) -> Any:
+        prepared.append(query)
+        return Opaque(await real_prepare(conn, query, **kwargs))
+
+    monkeypatch.setattr(asyncpg.connection.Connection, "prepare", prepare)
+    async with histstore.connect(pgbouncer_url, pooler="transaction") as store:
+        cid = new_id("fallback")
+        await store.write(cid, [{"role": "user", "content": "turn 0"}])
+        warm = len(prepared)
+        for k in range(1, 4):
+            await store.write(cid, [{"role": "user", "content": f"turn {k}"}])
+        assert [m.content for m in await store.read(cid)] == [f"turn {k}" for k in range(4)]
+        assert ran_opaque == [], "a statement asyncpg did not vouch for was reused"
+        assert len(prepared) == warm, "the fallback is remembered, not tried on every call"
