@@ -102,6 +102,22 @@ def lock_for_migration(connection: Connection) -> None:
         connection.execute(text("SELECT pg_advisory_xact_lock(7458215530061727291)"))
 
 
+def limit_lock_waits(connection: Connection, seconds: float) -> None:
+    """Bound every lock wait for the rest of the transaction (PostgreSQL).
+
+    Taken after the advisory lock on purpose: waiting for another migrator is fine,
+    waiting behind live writers is not. While a migration waits for a table lock
+    (ALTER TABLE wants ACCESS EXCLUSIVE), every later writer of that table queues
+    behind it, so the wait is what the application feels. ``lock_timeout`` applies to
+    each wait on its own, so one setting bounds every statement of the migration; no
+    per-statement setting is needed. SQLite takes its one lock at BEGIN IMMEDIATE,
+    bounded by the connection's busy timeout.
+    """
+    if connection.dialect.name == "postgresql":
+        ms = max(1, int(seconds * 1000))
+        connection.exec_driver_sql(f"SET LOCAL lock_timeout = {ms:d}")
+
+
 def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None:
     """The common append as one statement, where the database can (Postgres).
 

@@ -47,6 +47,7 @@ __all__ = [
     "Rollback",
     "Step",
     "for_dialect",
+    "never_switch_jit",
 ]
 
 T = TypeVar("T")
@@ -461,6 +462,20 @@ class _Asyncpg(Driver):
 _UNNAMED_CACHE_SIZE = 256
 """Reusable unnamed statements kept per connection behind a pooler (least recently
 used first out); histstore's statements are a fixed set well below it."""
+
+
+def never_switch_jit(conn: Any) -> None:
+    """Tell an asyncpg connection that the server has no JIT for it to switch off.
+
+    asyncpg turns JIT off with a session-level setting while it looks up a type it meets
+    for the first time, and on again with a later statement; behind a transaction-mode
+    pooler the two may reach different server sessions (see
+    ``_engine.install_pooler_hooks``). This sets asyncpg's private ``_server_caps.jit``
+    to false; where it is missing (another asyncpg), nothing is changed.
+    """
+    caps: Any = getattr(conn, "_server_caps", None)
+    if getattr(caps, "jit", False) and callable(getattr(caps, "_replace", None)):
+        conn._server_caps = caps._replace(jit=False)
 
 
 def aiosqlite_one_trip() -> bool:

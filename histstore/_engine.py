@@ -33,6 +33,7 @@ from sqlalchemy.engine import AdaptedConnection, Connection
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from ._drivers import never_switch_jit
 from ._errors import HistStoreError
 from ._pg_url import normalize, split
 
@@ -217,9 +218,7 @@ async def _settle_pooled(conn: Any) -> None:
     """Make a new asyncpg connection change no session setting (see ``install_pooler_hooks``)."""
     async with conn.transaction():
         await conn.fetch(_TYPES_SQL)
-    caps: Any = getattr(conn, "_server_caps", None)
-    if getattr(caps, "jit", False):
-        conn._server_caps = caps._replace(jit=False)
+    never_switch_jit(conn)
 
 
 def _on_pooled_connect(dbapi_connection: Any, record: Any) -> None:

@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.schema import CreateSchema
 
 from ._dberrors import DATABASE_ERRORS, DatabaseFailure, reason
-from ._dialects import lock_for_migration
+from ._dialects import limit_lock_waits, lock_for_migration
 from ._errors import SchemaError
 from ._schema import VERSION_TABLE
 
@@ -171,7 +171,7 @@ def upgrade(
     """
     lock_for_migration(connection)
     if lock_timeout is not None:
-        _limit_lock_waits(connection, lock_timeout)
+        limit_lock_waits(connection, lock_timeout)
     if schema is not None and not inspect(connection).has_schema(schema):
         # Only when missing: CREATE SCHEMA needs the CREATE privilege on the database
         # even with IF NOT EXISTS, which a schema's owner need not have.
@@ -181,22 +181,6 @@ def upgrade(
         check(status, connection.engine.url.render_as_string(hide_password=True))
     if not status.up_to_date:
         _run_upgrade(connection, schema, progress)
-
-
-def _limit_lock_waits(connection: Connection, seconds: float) -> None:
-    """Bound every lock wait for the rest of the transaction (PostgreSQL).
-
-    Taken after the advisory lock on purpose: waiting for another migrator is fine,
-    waiting behind live writers is not. While a migration waits for a table lock
-    (ALTER TABLE wants ACCESS EXCLUSIVE), every later writer of that table queues
-    behind it, so the wait is what the application feels. ``lock_timeout`` applies to
-    each wait on its own, so one setting bounds every statement of the migration; no
-    per-statement setting is needed. SQLite takes its one lock at BEGIN IMMEDIATE,
-    bounded by the connection's busy timeout.
-    """
-    if connection.dialect.name == "postgresql":
-        ms = max(1, int(seconds * 1000))
-        connection.exec_driver_sql(f"SET LOCAL lock_timeout = {ms:d}")
 
 
 def _run_upgrade(

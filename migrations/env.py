@@ -61,6 +61,23 @@ def _url() -> str:
     return resolved.render_as_string(hide_password=False)
 
 
+def _create_schema_if_missing(schema: str) -> str:
+    """SQL that creates ``schema`` only when it does not exist yet.
+
+    Not ``CREATE SCHEMA IF NOT EXISTS``: PostgreSQL checks the CREATE privilege on the
+    database before it looks for the schema, and the role a DBA applies a reviewed
+    script as may own the schema without holding that privilege.
+    """
+    literal = "'" + schema.replace("'", "''") + "'"
+    tag = "$histstore$"
+    while tag in literal:
+        tag = tag[:-1] + "_$"
+    return (
+        f"DO {tag} BEGIN IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname"
+        f" = {literal}) THEN EXECUTE format('CREATE SCHEMA %I', {literal}); END IF; END {tag}"
+    )
+
+
 def run_offline() -> None:
     context.configure(url=_url(), literal_binds=True, **_options())
     schema = _schema()
@@ -71,7 +88,7 @@ def run_offline() -> None:
             # a transaction-mode pooler: a server session others go on to use) keeps
             # its own search_path.
             quoted = '"' + schema.replace('"', '""') + '"'
-            context.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted}")
+            context.execute(_create_schema_if_missing(schema))
             context.execute(f"SET LOCAL search_path TO {quoted}")
         context.run_migrations()
 
