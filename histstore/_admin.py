@@ -7,7 +7,7 @@ Migrations and database locations are in ``_admin_schema``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
@@ -15,7 +15,7 @@ from typing import Any, Literal
 from sqlalchemy import Select, distinct, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from . import _codec, _migrations
+from . import _codec, _migrations, _rules
 from . import _schema as s
 from ._errors import NotFound
 from ._ids import validate_id
@@ -28,7 +28,9 @@ __all__ = [
     "count_conversations",
     "describe",
     "list_conversations",
+    "purge",
     "purge_candidates",
+    "reindex",
     "stats",
 ]
 
@@ -128,11 +130,15 @@ class ConversationInfo:
 # ---------------------------------------------------------------------------- scope
 
 
+def _scoped(store: Store, stmt: Select[Any]) -> Select[Any]:
+    """``stmt`` over conversations, kept to those the store sees."""
+    scope = store._ctx.scope()
+    return stmt if scope is None else stmt.where(scope)
+
+
 def _visible_ids(store: Store) -> Select[Any]:
     """The ids of the conversations the store sees."""
-    scope = store._ctx.scope()
-    stmt = select(_conv.c.id)
-    return stmt if scope is None else stmt.where(scope)
+    return _scoped(store, select(_conv.c.id))
 
 
 # ---------------------------------------------------------------------------- stats
@@ -334,17 +340,21 @@ async def count_conversations(
     return await store._run(work, mode="read", action="count conversations")
 
 
+def _idle_cutoff(idle_for: timedelta) -> datetime:
+    if not isinstance(idle_for, timedelta):
+        raise TypeError("idle_for must be a timedelta")
+    if idle_for < timedelta(0):
+        raise ValueError("idle_for must not be negative")
+    return datetime.now(timezone.utc) - idle_for
+
+
 async def purge_candidates(store: Store, *, idle_for: timedelta) -> list[str]:
     """The ids ``store.purge(idle_for=idle_for)`` would delete now, in id order.
 
     Raises:
         TypeError, ValueError: ``idle_for`` is not a non-negative ``timedelta``.
     """
-    if not isinstance(idle_for, timedelta):
-        raise TypeError("idle_for must be a timedelta")
-    if idle_for < timedelta(0):
-        raise ValueError("idle_for must not be negative")
-    cutoff = datetime.now(timezone.utc) - idle_for
+    cutoff = _idle_cutoff(idle_for)
     stmt = _visible_ids(store).where(_conv.c.updated_at < cutoff).order_by(_conv.c.id)
 
     async def work(conn: AsyncConnection) -> list[str]:
@@ -353,7 +363,40 @@ async def purge_candidates(store: Store, *, idle_for: timedelta) -> list[str]:
     return await store._run(work, mode="read", action="list idle conversations")
 
 
-async def reindex(store: Store, *, batch: int = 2000) -> int:
+class _Reporter:
+    """Turns a running count into ``progress(done, total)`` calls: ``total`` is the
+    count taken before the work, raised to ``done`` when more turned up; a call never
+    repeats the previous one, and ``finish`` makes the last call's ``done == total``."""
+
+    def __init__(self, progress: Callable[[int, int], None], total: int) -> None:
+        self._progress = progress
+        self._total = total
+        self._done = 0
+        self._last: tuple[int, int] | None = None
+
+    def __call__(self, done: int) -> None:
+        self._done = done
+        self._report(done, max(self._total, done))
+
+    def finish(self) -> None:
+        self._report(self._done, self._done)
+
+    def _report(self, done: int, total: int) -> None:
+        if (done, total) != self._last:
+            self._last = (done, total)
+            self._progress(done, total)
+
+
+async def _count(store: Store, stmt: Select[Any], action: str) -> int:
+    async def work(conn: AsyncConnection) -> int:
+        return int((await conn.execute(stmt)).scalar_one())
+
+    return await store._run(work, mode="read", action=action)
+
+
+async def reindex(
+    store: Store, *, batch: int = 2000, progress: Callable[[int, int], None] | None = None
+) -> int:
     """Recompute every message's indexed text (``histstore.indexed_text``) and so its
     full-text index entry, ``batch`` messages per transaction; returns how many changed.
 
@@ -362,7 +405,39 @@ async def reindex(store: Store, *, batch: int = 2000) -> int:
     messages. Through a scoped view, only that user's conversations. Safe to run
     while the store is in use, and to run again.
 
+    ``progress(done, total)``, if given, is called after every batch with the messages
+    read so far and the count of messages taken first (raised when more turned up);
+    ``done`` never decreases and the last call has ``done == total``.
+
     Raises:
         TypeError, ValueError: ``batch`` is not a positive int.
     """
-    return await store._search.reindex(batch)
+    if progress is None:
+        return await store._search.reindex(batch)
+    _rules.positive(batch, "batch")
+    messages = _scoped(store, select(func.coalesce(func.sum(_conv.c.length), 0)))
+    report = _Reporter(progress, await _count(store, messages, "count messages"))
+    changed = await store._search.reindex(batch, report)
+    report.finish()
+    return changed
+
+
+async def purge(
+    store: Store, *, idle_for: timedelta, progress: Callable[[int, int], None] | None = None
+) -> int:
+    """``store.purge(idle_for=idle_for)``, with ``progress(done, total)``, if given,
+    called after every batch: the conversations deleted so far, and how many were idle
+    when it started (raised when more turned up). ``done`` never decreases and the
+    last call has ``done == total`` (lower than at first when some changed meanwhile).
+
+    Raises:
+        TypeError, ValueError: ``idle_for`` is not a non-negative ``timedelta``.
+    """
+    cutoff = _idle_cutoff(idle_for)
+    if progress is None:
+        return await store.purge(idle_for=idle_for)
+    idle = _scoped(store, select(func.count()).where(_conv.c.updated_at < cutoff))
+    report = _Reporter(progress, await _count(store, idle, "count idle conversations"))
+    purged = await store._listing.purge(idle_for, report)
+    report.finish()
+    return purged

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import _schema as s
 from ._engine import SqliteSettings
@@ -34,6 +35,12 @@ class StoreSettings:
     pooled: bool = False
     """``connect(pooler="transaction")``: the server is reached through a transaction-mode
     pooler (see ``_drivers.for_dialect``)."""
+
+    def executor(self, engine: AsyncEngine) -> Executor:
+        """The executor of a store opened on ``engine`` with these settings."""
+        return Executor(
+            engine, self.sqlite, self.schema, read_only=self.read_only, pooled=self.pooled
+        )
 
 
 @dataclass

@@ -16,16 +16,12 @@ is written once as such a program, and each driver runs it its own way:
   SQLite's one write lock is then held only while SQLite works). That uses aiosqlite's
   private ``Connection._execute`` and ``_conn``; when they are missing (a future
   aiosqlite), the program runs through aiosqlite's public calls instead: slower, never
-  broken. Nothing outside this module touches a driver or SQLAlchemy internals.
+  broken. Nothing outside this module and the two driver modules (``_sqlite_driver``,
+``_pg_driver``) touches a driver or SQLAlchemy internals.
 """
 
 from __future__ import annotations
 
-import random
-import sqlite3
-import time
-import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -47,7 +43,6 @@ __all__ = [
     "Rollback",
     "Step",
     "for_dialect",
-    "never_switch_jit",
 ]
 
 T = TypeVar("T")
@@ -252,241 +247,6 @@ class Driver:
         phase.name = "done"
 
 
-class _Aiosqlite(Driver):
-    begin_sql = "BEGIN IMMEDIATE"  # see _engine: why writers take the lock up front
-
-    def __init__(self, dialect: Dialect, one_trip: bool) -> None:
-        super().__init__(dialect, None)
-        self.one_trip = one_trip
-
-    async def fetch(
-        self,
-        conn: Any,
-        stmt: CompiledStatement,
-        params: Mapping[str, Any],
-        memo: Memo | None = None,
-    ) -> Sequence[Any]:
-        rows = await conn.execute_fetchall(stmt.sql, stmt.args(params, memo))
-        return rows  # type: ignore[no-any-return]
-
-    async def execute(
-        self, conn: Any, stmt: CompiledStatement, params: Any, many: bool, memo: Memo
-    ) -> None:
-        if many:
-            await conn.executemany(stmt.sql, [stmt.args(p, memo) for p in params])
-        else:
-            await conn.execute(stmt.sql, stmt.args(params, memo))
-
-    async def run(
-        self,
-        conn: Any,
-        program: Program[T],
-        phase: Phase,
-        *,
-        begin: bool,
-        end: bool,
-        snapshot: bool = False,
-    ) -> T | Rollback[T]:
-        if not self.one_trip:
-            return await super().run(conn, program, phase, begin=begin, end=end, snapshot=snapshot)
-        # aiosqlite runs every call as a function on the connection's own thread; this
-        # hands it the whole program as one such function (``_execute`` is the queue
-        # every aiosqlite method uses; ``_conn`` the sqlite3 connection it owns).
-        return await conn._execute(  # type: ignore[no-any-return]
-            self._run_on_thread, conn._conn, program, phase, begin, end, snapshot
-        )
-
-    @staticmethod
-    def _run_on_thread(
-        conn: sqlite3.Connection,
-        program: Program[T],
-        phase: Phase,
-        begin: bool,
-        end: bool,
-        snapshot: bool = False,
-    ) -> T | Rollback[T]:
-        memo: Memo = {}
-        running = _Running(program)
-        if begin and snapshot:
-            conn.execute("BEGIN")  # deferred: in WAL mode the first read fixes a snapshot
-        elif begin:
-            _take_write_lock(conn)
-        try:
-            for kind, stmt, params in running:
-                if kind == FETCH:
-                    running.rows = conn.execute(stmt.sql, stmt.args(params, memo)).fetchall()
-                elif kind == EXECUTE:
-                    conn.execute(stmt.sql, stmt.args(params, memo))
-                else:
-                    conn.executemany(stmt.sql, [stmt.args(p, memo) for p in params])
-            value = running.value
-            if end:
-                if isinstance(value, Rollback):
-                    conn.execute("ROLLBACK")
-                else:
-                    phase.name = "commit"
-                    conn.execute("COMMIT")
-                    phase.name = "done"
-        except BaseException:
-            # Still on the thread, so the transaction never outlives this call.
-            if phase.name == "body" and conn.in_transaction:
-                with suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            raise
-        return value  # type: ignore[return-value]
-
-
-_SQLITE_BUSY = 5
-_POLL_MAX = 0.004  # seconds between tries for the write lock, at most
-
-
-def _take_write_lock(conn: sqlite3.Connection) -> None:
-    """``BEGIN IMMEDIATE``, trying again every few milliseconds while another process
-    holds the database's write lock, until the connection's busy timeout has passed.
-
-    SQLite's own busy handler sleeps ever longer between tries (up to 100 ms), so a
-    writer of another process could sleep on long after the lock came free; polling
-    with a short, jittered pause hands the lock over within a few milliseconds. The
-    busy timeout is set back for the transaction's other statements. Runs on the
-    connection's own thread, where sleeping blocks nothing else.
-    """
-    patience = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
-    if patience <= 0:
-        conn.execute("BEGIN IMMEDIATE")
-        return
-    conn.execute("PRAGMA busy_timeout = 0")
-    try:
-        deadline = time.monotonic() + patience / 1000
-        pause = 0.0005
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as exc:
-                # SQLITE_BUSY or an extended code of it (its low byte); Python 3.10 has
-                # no codes on its exceptions, only SQLite's message.
-                code = getattr(exc, "sqlite_errorcode", None)
-                busy = "locked" in str(exc) if code is None else code & 0xFF == _SQLITE_BUSY
-                if not busy or time.monotonic() >= deadline:
-                    raise
-            time.sleep(pause * random.uniform(0.5, 1.5))  # noqa: S311 (jitter, not secrets)
-            pause = min(pause * 2, _POLL_MAX)
-    finally:
-        conn.execute(f"PRAGMA busy_timeout = {patience:d}")
-
-
-class _Asyncpg(Driver):
-    # Every read sees the snapshot of the first; a read-only transaction never fails
-    # for serialization.
-    snapshot_sql = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
-
-    def __init__(self, dialect: Dialect, schema: str | None, pooled: bool) -> None:
-        super().__init__(dialect, schema)
-        self.reuse_unnamed = pooled
-        """Behind a transaction-mode pooler, and while asyncpg allows it (``_statement``)."""
-        self._unnamed: weakref.WeakKeyDictionary[Any, OrderedDict[str, Any]] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    async def _statement(self, conn: Any, sql: str) -> Any | None:
-        """Behind a transaction-mode pooler: the connection's reusable *unnamed*
-        statement for ``sql``, or ``None`` to run it through ``conn`` itself.
-
-        asyncpg's statement cache is off there (``_engine.transaction_pooler_args``), so
-        ``conn.fetch`` would spend a round trip describing the statement before each
-        execution. A statement prepared once with the empty name keeps its description
-        on the client and is marked *unprepared*: every execution sends its Parse again
-        together with Bind and Execute, one round trip, complete on whichever server
-        session runs it; no server session keeps anything of it. That mark is asyncpg's
-        private ``PreparedStatementState.prepared``: when it cannot be read as
-        ``False`` (another asyncpg), this returns ``None`` and nothing is reused.
-        """
-        if not self.reuse_unnamed:
-            return None
-        cached = self._unnamed.get(conn)
-        if cached is None:
-            cached = self._unnamed[conn] = OrderedDict()
-        statement = cached.get(sql)
-        if statement is not None:
-            cached.move_to_end(sql)
-            return statement
-        statement = await conn.prepare(sql, name="")
-        state = getattr(statement, "_state", None)
-        if getattr(state, "prepared", True) is not False:
-            self.reuse_unnamed = False  # this asyncpg: statements run through ``conn``
-            return None
-        cached[sql] = statement
-        if len(cached) > _UNNAMED_CACHE_SIZE:
-            cached.popitem(last=False)
-        return statement
-
-    async def fetch(
-        self,
-        conn: Any,
-        stmt: CompiledStatement,
-        params: Mapping[str, Any],
-        memo: Memo | None = None,
-    ) -> Sequence[Any]:
-        args = stmt.args(params, memo)
-        statement = await self._statement(conn, stmt.sql)
-        if statement is not None:
-            return await statement.fetch(*args)  # type: ignore[no-any-return]
-        return await conn.fetch(stmt.sql, *args)  # type: ignore[no-any-return]
-
-    async def execute(
-        self, conn: Any, stmt: CompiledStatement, params: Any, many: bool, memo: Memo
-    ) -> None:
-        statement = await self._statement(conn, stmt.sql)
-        if many:
-            rows = [stmt.args(p, memo) for p in params]
-            if statement is not None:
-                await statement.executemany(rows)
-            else:
-                await conn.executemany(stmt.sql, rows)
-        elif statement is not None:
-            await statement.fetch(*stmt.args(params, memo))
-        else:
-            await conn.execute(stmt.sql, *stmt.args(params, memo))
-
-    def in_transaction(self, conn: Any) -> bool:
-        if conn.is_closed():
-            raise ConnectionError("connection closed")
-        return bool(conn.is_in_transaction())
-
-    def closed(self, conn: Any) -> bool:
-        # asyncpg reads its socket while idle, so it learns of a server's goodbye (a
-        # shutdown, a restart, an idle timeout) before the connection is used again.
-        return bool(conn.is_closed())
-
-
-_UNNAMED_CACHE_SIZE = 256
-"""Reusable unnamed statements kept per connection behind a pooler (least recently
-used first out); histstore's statements are a fixed set well below it."""
-
-
-def never_switch_jit(conn: Any) -> None:
-    """Tell an asyncpg connection that the server has no JIT for it to switch off.
-
-    asyncpg turns JIT off with a session-level setting while it looks up a type it meets
-    for the first time, and on again with a later statement; behind a transaction-mode
-    pooler the two may reach different server sessions (see
-    ``_engine.install_pooler_hooks``). This sets asyncpg's private ``_server_caps.jit``
-    to false; where it is missing (another asyncpg), nothing is changed.
-    """
-    caps: Any = getattr(conn, "_server_caps", None)
-    if getattr(caps, "jit", False) and callable(getattr(caps, "_replace", None)):
-        conn._server_caps = caps._replace(jit=False)
-
-
-def aiosqlite_one_trip() -> bool:
-    """Whether the installed aiosqlite has what the one-trip program needs."""
-    import aiosqlite
-
-    return callable(getattr(aiosqlite.Connection, "_execute", None)) and isinstance(
-        getattr(aiosqlite.Connection, "_conn", None), property
-    )
-
-
 def for_dialect(dialect: Dialect, schema: str | None = None, *, pooled: bool = False) -> Driver:
     """The driver seam for an engine's dialect; statements name ``schema`` when given.
     ``pooled``: the engine reaches PostgreSQL through a transaction-mode pooler.
@@ -498,9 +258,13 @@ def for_dialect(dialect: Dialect, schema: str | None = None, *, pooled: bool = F
     if name == "sqlite" and driver == "aiosqlite":
         if schema is not None:
             raise ValueError("schema= places the tables in a PostgreSQL schema; not on SQLite")
-        return _Aiosqlite(dialect, aiosqlite_one_trip())
+        from . import _sqlite_driver
+
+        return _sqlite_driver.SqliteDriver(dialect, _sqlite_driver.aiosqlite_one_trip())
     if name == "postgresql" and driver == "asyncpg":
-        return _Asyncpg(dialect, schema, pooled)
+        from ._pg_driver import PostgresDriver
+
+        return PostgresDriver(dialect, schema, pooled)
     raise ValueError(
         f"histstore runs on sqlite+aiosqlite and postgresql+asyncpg, not {name}+{driver}"
     )

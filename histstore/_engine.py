@@ -33,8 +33,8 @@ from sqlalchemy.engine import AdaptedConnection, Connection
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ._drivers import never_switch_jit
 from ._errors import HistStoreError
+from ._pg_driver import never_switch_jit
 from ._pg_url import normalize, split
 
 __all__ = [

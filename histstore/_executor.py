@@ -133,7 +133,7 @@ class Executor:
         # first come first served, instead of sleeping in SQLite's busy handler (which
         # retries with growing sleeps, so a writer can wait ~100 ms after the lock was
         # free); other processes meet this store at the lock, which the one-trip
-        # program polls for (``_drivers._take_write_lock``) up to the busy timeout. An
+        # program polls for (``_sqlite_driver._take_write_lock``) up to the busy timeout. An
         # in-memory database is one connection that the pool already hands out in turn.
         self._gated = sqlite is not None and not self._in_memory
         self._gate: asyncio.Lock | None = None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
@@ -57,7 +57,10 @@ class Listing:
 
         return await self._ctx.executor.run(work, mode="read", action="list conversations")
 
-    async def purge(self, idle_for: timedelta) -> int:
+    async def purge(
+        self, idle_for: timedelta, progress: Callable[[int], None] | None = None
+    ) -> int:
+        """``Store.purge``; ``progress(deleted so far)`` after every batch."""
         if not isinstance(idle_for, timedelta):
             raise TypeError("idle_for must be a timedelta")
         if idle_for < timedelta(0):
@@ -78,6 +81,8 @@ class Listing:
         while True:
             done = await ctx.executor.write(program(), action="purge")
             total += done
+            if progress is not None:
+                progress(total)
             if done < PURGE_BATCH:
                 return total
 

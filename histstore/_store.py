@@ -13,7 +13,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ._context import Context, Shared, StoreSettings
 from ._dialects import Mode
 from ._editing import Editing
-from ._executor import Executor
 from ._history import History
 from ._ids import validate_id
 from ._leases import Lease, Leases
@@ -58,15 +57,7 @@ class Store(EditableCalls):
         self._owner = owner
         self._is_view = shared is not None
         if shared is None:
-            shared = Shared(
-                Executor(
-                    engine,
-                    settings.sqlite,
-                    settings.schema,
-                    read_only=settings.read_only,
-                    pooled=settings.pooled,
-                )
-            )
+            shared = Shared(settings.executor(engine))
         self._shared = shared
         self._executor = shared.executor
         ctx = self._ctx = Context(shared, settings, owner)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from . import _dialects, _rules
 from ._context import Context
 from ._drivers import EXECUTE_MANY, FETCH, Program
@@ -43,15 +45,16 @@ class TextSearch:
             for r in rows
         ]
 
-    async def reindex(self, batch: int) -> int:
+    async def reindex(self, batch: int, progress: Callable[[int], None] | None = None) -> int:
         """Make every visible message's indexed text what ``indexed_text`` gives now,
-        ``batch`` messages per transaction; returns how many changed."""
+        ``batch`` messages per transaction; returns how many changed. ``progress(messages
+        read so far)`` after every batch."""
         _rules.positive(batch, "batch")
         ctx = self._ctx
         sql = ctx.sql
-        changed = 0
+        changed = read = 0
 
-        def page(after: tuple[str, int]) -> Program[tuple[int, tuple[str, int] | None]]:
+        def page(after: tuple[str, int]) -> Program[tuple[int, int, tuple[str, int] | None]]:
             params = {"after_c": after[0], "after_p": after[1], "limit": batch, "owner": ctx.owner}
             rows = yield FETCH, sql.reindex_page, params
             updates = []
@@ -62,10 +65,13 @@ class TextSearch:
             if updates:
                 yield EXECUTE_MANY, sql.set_search_text, updates
             last = (rows[-1][0], int(rows[-1][1])) if len(rows) == batch else None
-            return len(updates), last
+            return len(updates), len(rows), last
 
         after: tuple[str, int] | None = ("", -1)  # before every id (ids are not empty)
         while after is not None:
-            n, after = await ctx.executor.write(page(after), action="reindex")
+            n, seen, after = await ctx.executor.write(page(after), action="reindex")
             changed += n
+            read += seen
+            if progress is not None:
+                progress(read)
         return changed

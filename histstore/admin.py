@@ -20,6 +20,8 @@ Migrations: ``await admin.migrate(url)`` creates or upgrades the schema,
 gives the SQL from the database's revision for review instead (``admin.migration_sql(url,
 from_revision=...)`` the same offline). Transfers (``export_store``, ``import_store``,
 ``copy_store``) stream JSON Lines or rows; see the README for the export format.
+``reindex`` and ``purge`` (``store.purge`` with progress) report ``progress(done, total)``
+after every batch.
 """
 
 from ._admin import ConversationInfo as ConversationInfo
@@ -27,6 +29,7 @@ from ._admin import StoreStats as StoreStats
 from ._admin import count_conversations as count_conversations
 from ._admin import describe as describe
 from ._admin import list_conversations as list_conversations
+from ._admin import purge as purge
 from ._admin import purge_candidates as purge_candidates
 from ._admin import reindex as reindex
 from ._admin import stats as stats
@@ -60,6 +63,7 @@ __all__ = [
     "migrate",
     "migration_sql",
     "migration_status",
+    "purge",
     "purge_candidates",
     "reindex",
     "stats",

@@ -135,6 +135,65 @@ async def test_purge_candidates_are_what_purge_deletes(store: histstore.Store) -
         await admin.purge_candidates(store, idle_for=30)  # type: ignore[arg-type]
 
 
+async def test_reindex_reports_progress_batch_by_batch(store: histstore.Store) -> None:
+    alice, bob = new_id("a"), new_id("b")
+    await store.scoped("alice").write(alice, [Message.user(f"a{i}") for i in range(4)])
+    await store.scoped("bob").write(bob, [Message.user(f"b{i}") for i in range(3)])
+    calls: list[tuple[int, int]] = []
+    assert await admin.reindex(store, batch=3, progress=lambda *c: calls.append(c)) == 0
+    assert calls == [(3, 7), (6, 7), (7, 7)]
+    # A view reads only its user's messages; the empty page after a full one adds no call.
+    calls.clear()
+    view = store.scoped("alice")
+    assert await admin.reindex(view, batch=2, progress=lambda *c: calls.append(c)) == 0
+    assert calls == [(2, 4), (4, 4)]
+    with pytest.raises(ValueError, match="batch"):
+        await admin.reindex(store, batch=0, progress=lambda *c: calls.append(c))
+    assert calls == [(2, 4), (4, 4)]
+
+
+async def test_purge_reports_progress_batch_by_batch(
+    store: histstore.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(histstore._listing, "PURGE_BATCH", 2)
+    ids = [new_id("p") for _ in range(6)]
+    for cid in ids[:5]:
+        await store.write(cid, [Message.user("hi")])
+    await store.scoped("bob").write(ids[5], [Message.user("hi")])
+    await asyncio.sleep(0.01)
+    calls: list[tuple[int, int]] = []
+    bob = store.scoped("bob")
+    assert await admin.purge(bob, idle_for=timedelta(0), progress=lambda *c: calls.append(c)) == 1
+    assert calls == [(1, 1)]
+    calls.clear()
+    assert await admin.purge(store, idle_for=timedelta(0), progress=lambda *c: calls.append(c)) == 5
+    assert calls == [(2, 5), (4, 5), (5, 5)]
+    assert await store.conversations() == []
+    calls.clear()
+    assert await admin.purge(store, idle_for=timedelta(0), progress=lambda *c: calls.append(c)) == 0
+    assert calls == [(0, 0)]
+    assert await admin.purge(store, idle_for=timedelta(0)) == 0
+    with pytest.raises(ValueError, match="negative"):
+        await admin.purge(store, idle_for=timedelta(-1), progress=lambda *c: calls.append(c))
+    assert calls == [(0, 0)]
+
+
+def test_progress_ends_at_what_was_done() -> None:
+    """Fewer done than counted first (changed meanwhile): the last call lowers the total;
+    more: the total follows."""
+    calls: list[tuple[int, int]] = []
+    report = histstore._admin._Reporter(lambda *c: calls.append(c), 5)
+    for done in (2, 2, 4):
+        report(done)
+    report.finish()
+    assert calls == [(2, 5), (4, 5), (4, 4)]
+    calls.clear()
+    report = histstore._admin._Reporter(lambda *c: calls.append(c), 1)
+    report(3)
+    report.finish()
+    assert calls == [(3, 3)]
+
+
 @pytest.mark.sqlite_file
 async def test_migration_status_sql_and_migrate(tmp_path: Path) -> None:
     path = tmp_path / "m.db"

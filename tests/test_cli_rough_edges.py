@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import pty
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import new_id
-from test_cli import assert_one_line_error, ok, run, run_on_terminal
+from helpers import PYTHON, new_id, subprocess_env
+from test_cli import Result, assert_one_line_error, ok, run, run_on_terminal
 
 import histstore
 from histstore import InvalidMessage, Message, admin
+from histstore.cli._render import size
 
 # ---------------------------------------------------------------------------- count_tokens
 
@@ -162,3 +166,145 @@ async def test_confirmations_follow_spec_10(shared_backend: Any) -> None:
     assert yes.code == 0, yes.err
     async with shared_backend.connect() as st:
         assert not {ids[1], ids[2]} & set(await st.conversations())
+
+
+# ---------------------------------------------------------------------------- stats, progress
+
+
+def _real_sizes(path: str) -> dict[str, int]:
+    files = {"main": path, "wal": f"{path}-wal", "shm": f"{path}-shm"}
+    return {k: os.stat(f).st_size if os.path.exists(f) else 0 for k, f in files.items()}
+
+
+@pytest.mark.sqlite_file
+async def test_stats_shows_the_main_file_wal_and_shm(tmp_path: Path) -> None:
+    url = str(tmp_path / "s.db")
+    async with histstore.connect(url) as st:
+        for _ in range(10):
+            await st.write(new_id("w"), [Message.user("w " * 5000)])
+        # While a connection is open the log keeps the writes (only the last connection
+        # to close folds it into the main file).
+        figures = json.loads((await ok("stats", "--json", "--url", url)).out)
+        sizes = _real_sizes(url)
+        assert sizes["wal"] > 100_000
+        assert sizes["shm"] > 0
+        assert {k: figures[f"{k}_bytes"] for k in sizes} == sizes
+        assert figures["file_bytes"] == sum(sizes.values())
+        first = (await ok("stats", "--url", url)).out.splitlines()[0]
+        main, wal, shm = (size(sizes[k]) for k in ("main", "wal", "shm"))
+        total = size(sum(sizes.values()))
+        assert f"(SQLite, {total}: {main} file + {wal} WAL + {shm} shm)" in first
+    figures = json.loads((await ok("stats", "--json", "--url", url)).out)
+    sizes = _real_sizes(url)
+    assert {k: figures[f"{k}_bytes"] for k in sizes} == sizes
+    assert figures["file_bytes"] == sum(sizes.values())
+
+
+TOOK = r" in \d+\.\d s"
+
+
+async def test_long_commands_end_with_one_timed_line(shared_backend: Any, tmp_path: Path) -> None:
+    """SPEC 14: one summary line with the time taken; no progress drawn off a terminal."""
+    url = shared_backend.url
+    async with shared_backend.connect() as st:
+        for _ in range(3):
+            await st.write(new_id("s"), [Message.user(f"m{i}") for i in range(4)])
+    await asyncio.sleep(0.01)
+    dump = str(tmp_path / "d.jsonl")
+    expected = [
+        (
+            ("migrate", "--url", str(tmp_path / "new.db")),
+            "out",
+            r"\S+: schema upgraded from no histstore schema to \w+" + TOOK,
+        ),
+        (
+            ("export", "--url", url, "-o", dump),
+            "err",
+            rf"exported 3 conversations, 12 messages to \S+{TOOK}",
+        ),
+        (
+            ("import", dump, "--url", str(tmp_path / "imported.db")),
+            "out",
+            rf"imported 3 conversations \(12 messages\){TOOK}; 0 already there unchanged",
+        ),
+        (
+            ("copy", url, str(tmp_path / "copied.db")),
+            "out",
+            rf"copied 3 conversations from \S+ to \S+{TOOK}; 0 already there unchanged",
+        ),
+        (("reindex", "--url", url), "out", rf"reindexed 0 messages \(12 checked\){TOOK}"),
+        (
+            ("purge", "--idle", "0s", "--yes", "--url", url),
+            "out",
+            rf"purged 3 conversations \(idle for more than 0s\){TOOK}",
+        ),
+    ]
+    for argv, stream, line in expected:
+        result = await ok(*argv)
+        summary = result.err if stream == "err" else result.out
+        assert re.fullmatch(line + "\n", summary), (argv, summary)
+        assert "\r" not in result.err
+        assert "\x1b" not in result.err
+        if stream == "out":
+            assert result.err == ""
+
+
+async def _run_with_terminal_stderr(*args: str) -> Result:
+    """Run the command with stderr on a pseudo-terminal (stdout a pipe)."""
+    env = subprocess_env()
+    env.pop("HISTSTORE_URL", None)
+    env["NO_COLOR"] = "1"
+    leader, follower = pty.openpty()
+
+    def drain() -> bytes:
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # EIO: the command has exited and closed the terminal
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                PYTHON,
+                "-m",
+                "histstore",
+                *args,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=follower,
+            )
+        finally:
+            os.close(follower)
+        err, (out, _) = await asyncio.wait_for(
+            asyncio.gather(asyncio.to_thread(drain), proc.communicate()), timeout=120
+        )
+    finally:
+        os.close(leader)
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+async def test_reindex_and_purge_draw_progress_on_a_terminal(shared_backend: Any) -> None:
+    url = shared_backend.url
+    async with shared_backend.connect() as st:
+        for _ in range(3):
+            await st.write(new_id("t"), [Message.user(f"m{i}") for i in range(5)])
+    await asyncio.sleep(0.01)
+    reindexed = await _run_with_terminal_stderr("reindex", "--url", url)
+    assert reindexed.code == 0, reindexed.err
+    assert "reindex [" in reindexed.err
+    assert "15/15 messages" in reindexed.err
+    assert reindexed.err.endswith("\r\x1b[K")  # the line is wiped at the end
+    assert re.fullmatch(rf"reindexed 0 messages \(15 checked\){TOOK}\n", reindexed.out)
+    purged = await _run_with_terminal_stderr("purge", "--idle", "0s", "--yes", "--url", url)
+    assert purged.code == 0, purged.err
+    assert "purge [" in purged.err
+    assert "3/3 conversations" in purged.err
+    assert re.fullmatch(rf"purged 3 conversations \(idle for more than 0s\){TOOK}\n", purged.out)

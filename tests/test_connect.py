@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 import histstore
-from histstore import HistStoreError, Message, SchemaError, Store, WriteError, _drivers
+from histstore import HistStoreError, Message, SchemaError, Store, WriteError, _sqlite_driver
 from histstore._migrations import alembic_config
 
 VERSION_TABLE = "histstore_alembic_version"
@@ -185,7 +185,7 @@ async def test_an_aiosqlite_without_its_private_calls_still_works(
     """The one-trip program uses aiosqlite internals; without them (as the check finds
     when a future aiosqlite drops them) the store runs every statement through
     aiosqlite's public calls instead: slower, never broken."""
-    monkeypatch.setattr(_drivers, "aiosqlite_one_trip", lambda: False)
+    monkeypatch.setattr(_sqlite_driver, "aiosqlite_one_trip", lambda: False)
     async with histstore.connect(tmp_path / "x.db") as store:
         assert not store._executor.driver.one_trip  # type: ignore[attr-defined]
         await store.write("c", [{"role": "user", "content": "hi"}])

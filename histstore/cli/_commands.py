@@ -10,17 +10,15 @@ import contextlib
 import json
 import os
 import sys
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from pathlib import Path
 from typing import Any, Literal
 
 import histstore
 from histstore import HistStoreError, SchemaError, Store, admin
 
-from ._render import HitPrinter, ProgressLine, Style, span, table, when
+from ._render import HitPrinter, ProgressLine, Style, file_size, size, span, table, when
 
 __all__ = ["UsageError", "open_store", "pooler"]
 
@@ -113,7 +111,6 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
         return 0
     where = admin.locate(args.url).display
     bar = ProgressLine("migrate")
-    started = time.monotonic()
     try:
         before = await admin.migrate(
             args.url,
@@ -132,8 +129,7 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
         print(f"{where}: schema already at the newest revision ({before.head})")
     else:
         was = before.current or "no histstore schema"
-        took = time.monotonic() - started
-        print(f"{where}: schema upgraded from {was} to {before.head} in {took:.1f} s")
+        print(f"{where}: schema upgraded from {was} to {before.head} {bar.took()}")
     return 0
 
 
@@ -199,8 +195,12 @@ async def cmd_search(args: argparse.Namespace) -> int:
 
 async def cmd_reindex(args: argparse.Namespace) -> int:
     async with open_store(args.url, schema=args.schema) as store:
-        n = await admin.reindex(store.scoped(args.user) if args.user else store)
-    print(f"reindexed {n:,} messages")
+        view, bar = store.scoped(args.user) if args.user else store, ProgressLine("reindex")
+        try:
+            n = await admin.reindex(view, progress=lambda d, t: bar.update(d, t, "messages"))
+        finally:
+            bar.close()
+    print(f"reindexed {n:,} messages ({bar.done:,} checked) {bar.took()}")
     return 0
 
 
@@ -208,14 +208,17 @@ async def cmd_stats(args: argparse.Namespace) -> int:
     where = admin.locate(args.url)
     async with open_store(args.url, schema=args.schema, read_only=True) as store:
         figures = await admin.stats(store.scoped(args.user) if args.user else store)
-    size = None
-    if where.file is not None:
-        size = sum(p.stat().st_size for p in (where.file, Path(f"{where.file}-wal")) if p.exists())
+    files = {"main": "", "wal": "-wal", "shm": "-shm"} if where.file else {}
+    sizes = {key: file_size(f"{where.file}{end}") for key, end in files.items()}
     if args.json:
-        extra = {} if size is None else {"file_bytes": size}
+        extra = {"file_bytes": sum(sizes.values())} if sizes else {}
+        extra.update((f"{key}_bytes", n) for key, n in sizes.items())
         print(json.dumps({"database": where.display, **extra, **figures.as_dict()}))
         return 0
-    shown = where.display if size is None else f"{where.display} (SQLite, {size / 1e6:,.1f} MB)"
+    shown = where.display
+    if sizes:
+        main, wal, shm = (size(n) for n in sizes.values())
+        shown += f" (SQLite, {size(sum(sizes.values()))}: {main} file + {wal} WAL + {shm} shm)"
     f = figures
     rows = [
         ("database", shown),
@@ -273,7 +276,8 @@ async def cmd_export(args: argparse.Namespace) -> int:
     if sys.stderr.isatty() or target not in (None, "-"):
         where = "" if target in (None, "-") else f" to {target}"
         print(
-            f"exported {stats.conversations:,} conversations, {stats.messages:,} messages{where}",
+            f"exported {stats.conversations:,} conversations, {stats.messages:,} messages{where}"
+            f" {bar.took()}",
             file=sys.stderr,
         )
     return 0
@@ -301,8 +305,8 @@ async def cmd_import(args: argparse.Namespace) -> int:
         if stream is not sys.stdin.buffer:
             stream.close()
     print(
-        f"imported {stats.conversations:,} conversations ({stats.messages:,} messages);"
-        f" {stats.skipped:,} already there unchanged"
+        f"imported {stats.conversations:,} conversations ({stats.messages:,} messages)"
+        f" {bar.took()}; {stats.skipped:,} already there unchanged"
     )
     return 0
 
@@ -326,7 +330,7 @@ async def cmd_copy(args: argparse.Namespace) -> int:
         finally:
             bar.close()
     print(
-        f"copied {stats.conversations:,} conversations from {src} to {dst};"
+        f"copied {stats.conversations:,} conversations from {src} to {dst} {bar.took()};"
         f" {stats.skipped:,} already there unchanged"
     )
     return 0
@@ -405,6 +409,12 @@ async def cmd_purge(args: argparse.Namespace) -> int:
         if not await _confirm(question, args.yes):
             print("histstore: nothing deleted", file=sys.stderr)
             return 1
-        n = await view.purge(idle_for=idle)
-    print(f"purged {n:,} conversations{scope} idle for more than {shown}")
+        bar = ProgressLine("purge")
+        try:
+            n = await admin.purge(
+                view, idle_for=idle, progress=lambda d, t: bar.update(d, t, "conversations")
+            )
+        finally:
+            bar.close()
+    print(f"purged {n:,} conversations{scope} (idle for more than {shown}) {bar.took()}")
     return 0

@@ -10,6 +10,7 @@ Nothing here touches the database.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -83,8 +84,10 @@ class ProgressLine:
         self._last = 0.0
         self._start = time.monotonic()
         self._drawn = False
+        self.done = 0  # the last count given to update
 
     def update(self, done: int, total: int | None, unit: str, *, force: bool = False) -> None:
+        self.done = done
         now = time.monotonic()
         if not self._on or (not force and now - self._last < 0.1):
             return
@@ -104,6 +107,25 @@ class ProgressLine:
         if self._drawn:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
+
+    def took(self) -> str:
+        """``in 1.2 s``: the time since the line was made, as a summary line ends."""
+        return f"in {time.monotonic() - self._start:.1f} s"
+
+
+def file_size(path: str) -> int:
+    """A file's bytes; 0 when it is gone (SQLite's last connection removes -wal, -shm)."""
+    with contextlib.suppress(FileNotFoundError):
+        return os.stat(path).st_size
+    return 0
+
+
+def size(n: int) -> str:
+    """A number of bytes for people: ``29.2 MB``, ``32.8 kB``, ``0 B``."""
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,} B"
 
 
 def when(value: datetime | None) -> str:

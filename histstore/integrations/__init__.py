@@ -10,9 +10,11 @@
   message history (``pip install 'histstore[pydantic-ai]'``).
 
 Each adapter takes a ``Store`` (borrowed: the adapter never closes it) or anything
-``histstore.connect()`` accepts (owned: opened on first use and released by the
-adapter's ``close()`` or ``async with``). Importing an adapter's module without its
-framework raises ``ImportError`` naming the extra to install.
+``histstore.connect()`` accepts (owned: opened on first use with ``connect()``'s
+defaults, and released by the adapter's ``close()`` or ``async with``). For other
+options, such as ``pooler="transaction"``, open the store yourself and pass it.
+Importing an adapter's module without its framework raises ``ImportError`` naming the
+extra to install.
 """
 
 from __future__ import annotations
