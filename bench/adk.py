@@ -47,11 +47,7 @@ from google.genai import types
 from sqlalchemy import make_url
 
 import histstore
-from histstore.integrations.adk import (
-    HiststoreSessionService,
-    _event_record,
-    _session_conversation,
-)
+from histstore.integrations.adk import HiststoreSessionService, _event_record, _session_conversation
 
 TARGET = 1.3
 SIZES = (100, 10_000)

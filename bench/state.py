@@ -64,7 +64,7 @@ from _common import (
 from sqlalchemy import event
 
 import histstore  # importable once _common has put the checkout on sys.path
-from histstore import _codec
+from histstore._core import codec as _codec
 
 APPEND_TARGET = 1.3
 TASKS = 16

@@ -50,7 +50,8 @@ from _common import (
 )
 
 import histstore
-from histstore import _export, _schema
+from histstore._storage import schema as _schema
+from histstore._transfer import exporting as _export
 
 Row = tuple[str, int, str, str, None, datetime, str]  # ..., created_at, search text
 

@@ -6,14 +6,20 @@ and on PostgreSQL (asyncpg); Alembic migrations own the schema. Start with
 """
 
 from . import turns as turns
-from ._changes import Change as Change
 from ._connect import connect as connect
-from ._dberrors import DatabaseFailure as DatabaseFailure
-from ._editable import Conversation as Conversation
-from ._entries import Aside as Aside
-from ._entries import Entry as Entry
-from ._entries import Spliced as Spliced
-from ._entries import TurnRecord as TurnRecord
+from ._core.ids import validate_id as validate_id
+from ._core.models import ConversationState as ConversationState
+from ._core.models import Message as Message
+from ._core.models import Summary as Summary
+from ._core.models import WriteOutcome as WriteOutcome
+from ._core.search_text import Hit as Hit
+from ._core.search_text import indexed_text as indexed_text
+from ._editable.changes import Change as Change
+from ._editable.conversation import Conversation as Conversation
+from ._editable.entries import Aside as Aside
+from ._editable.entries import Entry as Entry
+from ._editable.entries import Spliced as Spliced
+from ._editable.entries import TurnRecord as TurnRecord
 from ._errors import CommitError as CommitError
 from ._errors import ConflictError as ConflictError
 from ._errors import HistStoreError as HistStoreError
@@ -23,14 +29,8 @@ from ._errors import NotFound as NotFound
 from ._errors import SchemaError as SchemaError
 from ._errors import WindowTooSmall as WindowTooSmall
 from ._errors import WriteError as WriteError
-from ._ids import validate_id as validate_id
-from ._models import ConversationState as ConversationState
-from ._models import Message as Message
-from ._models import Summary as Summary
-from ._models import WriteOutcome as WriteOutcome
-from ._search import Hit as Hit
-from ._search import indexed_text as indexed_text
-from ._semantic import SemanticIndex as SemanticIndex
+from ._ops.semantic import SemanticIndex as SemanticIndex
+from ._storage.dberrors import DatabaseFailure as DatabaseFailure
 from ._store import Store as Store
 from .compaction import compact as compact
 from .middleware import with_history as with_history

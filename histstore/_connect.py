@@ -12,11 +12,12 @@ from typing import Any, Literal
 from sqlalchemy import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from . import _migrations
-from ._dberrors import translate_errors
-from ._dialects import can_create_tables, mode_options
-from ._drivers import for_dialect
-from ._engine import (
+from ._core.models import Message
+from ._errors import HistStoreError
+from ._storage import migrations as _migrations
+from ._storage.dberrors import translate_errors
+from ._storage.drivers import for_dialect
+from ._storage.engine import (
     POOLERS,
     SETTINGS_OPTION,
     SqliteSettings,
@@ -27,10 +28,9 @@ from ._engine import (
     read_only_sqlite_url,
     resolve_target,
 )
-from ._errors import HistStoreError
-from ._executor import run_to_completion
-from ._models import Message
-from ._pg_url import display
+from ._storage.executor import run_to_completion
+from ._storage.pg_url import display
+from ._storage.statements.dialects import can_create_tables, mode_options
 from ._store import Store, StoreSettings
 
 __all__ = ["connect"]

@@ -21,7 +21,7 @@ stored; ``uncertain=True`` only when the commit was sent and its answer lost.
 
 Messages name the conversation (and the failing operation) but never include message
 content; a database driver's exception is kept as ``__cause__``. This module is the
-hierarchy only: database errors are translated in the storage layer (``_dberrors``).
+hierarchy only: database errors are translated in the storage layer (``_storage.dberrors``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._models import Message, WriteOutcome
+    from ._core.models import Message, WriteOutcome
     from ._store import Store
 
 __all__ = [

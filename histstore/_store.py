@@ -1,5 +1,5 @@
-"""The Store: a thin facade over the parts that keep a conversation (see ``_history``,
-``_state``, ``_lists``, ``_listing``), all running through one executor."""
+"""The Store: a thin facade over the parts that keep a conversation (see ``_ops.history``,
+``_ops.state``, ``_ops.lists``, ``_ops.listing``), all running through one executor."""
 
 from __future__ import annotations
 
@@ -10,19 +10,19 @@ from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ._context import Context, Shared, StoreSettings
-from ._dialects import Mode
-from ._editing import Editing
-from ._history import History
-from ._ids import validate_id
-from ._leases import Lease, Leases
-from ._listing import Listing, Order
-from ._lists import Lists
-from ._models import ConversationState, Message, MessageLike, Summary, WriteOutcome
-from ._search import Hit
-from ._state import State
+from ._core.ids import validate_id
+from ._core.models import ConversationState, Message, MessageLike, Summary, WriteOutcome
+from ._core.search_text import Hit
+from ._ops.context import Context, Shared, StoreSettings
+from ._ops.editing import Editing
+from ._ops.history import History
+from ._ops.leases import Lease, Leases
+from ._ops.listing import Listing, Order
+from ._ops.lists import Lists
+from ._ops.state import State
+from ._ops.text_search import TextSearch
+from ._storage.statements.dialects import Mode
 from ._store_edits import EditableCalls
-from ._text_search import TextSearch
 
 __all__ = ["Store", "StoreSettings"]
 

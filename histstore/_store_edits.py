@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ._changes import Change
-from ._editable import Conversation
-from ._editing import Editing
-from ._models import Message
+from ._core.models import Message
+from ._editable.changes import Change
+from ._editable.conversation import Conversation
+from ._ops.editing import Editing
 
 __all__ = ["EditableCalls"]
 

@@ -26,8 +26,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from ._migrations import upgrade as _upgrade
-from ._schema import VERSION_TABLE
+from ._storage.migrations import upgrade as _upgrade
+from ._storage.schema import VERSION_TABLE
 
 __all__ = ["VERSION_TABLE", "include_name", "include_object", "is_histstore_name", "upgrade"]
 

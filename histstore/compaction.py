@@ -32,10 +32,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
-from ._entries import Spliced, check_by
+from ._core.ids import validate_id
+from ._core.models import Message, MessageLike
+from ._editable.entries import Spliced, check_by
 from ._errors import InvalidMessage
-from ._ids import validate_id
-from ._models import Message, MessageLike
 from .turns import (
     _calls,
     _is_system,

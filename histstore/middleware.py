@@ -16,12 +16,12 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, I
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
+from ._core.ids import validate_id
+from ._core.models import Message, MessageLike, WriteOutcome, as_message
 from ._errors import CommitError, ConflictError, HistStoreError, InvalidMessage
-from ._ids import validate_id
-from ._models import Message, MessageLike, WriteOutcome, as_message
 
 if TYPE_CHECKING:
-    from ._leases import Lease
+    from ._ops.leases import Lease
     from ._store import Store
 
 __all__ = ["HistoryChat", "Model", "Streamer", "with_history"]

@@ -29,8 +29,8 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from ._core.models import Message, MessageLike, as_message
 from ._errors import InvalidMessage
-from ._models import Message, MessageLike, as_message
 
 __all__ = ["Status", "pending_tool_calls", "split_turns", "status", "validate_pairing"]
 

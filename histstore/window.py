@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._core.models import Message, MessageLike, WriteOutcome
 from ._errors import WindowTooSmall
-from ._models import Message, MessageLike, WriteOutcome
 from .turns import _is_system, _starts_turn
 
 if TYPE_CHECKING:

@@ -19,9 +19,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from histstore._engine import install_pooler_hooks, resolve_target, transaction_pooler_args
-from histstore._pg_url import split
-from histstore._schema import VERSION_TABLE, described, metadata
+from histstore._storage.engine import install_pooler_hooks, resolve_target, transaction_pooler_args
+from histstore._storage.pg_url import split
+from histstore._storage.schema import VERSION_TABLE, described, metadata
 
 config = context.config
 

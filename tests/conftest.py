@@ -32,7 +32,7 @@ from helpers import PG_ADMIN_URL, _pg_execute
 from sqlalchemy import make_url
 
 import histstore
-from histstore import _schema
+from histstore._storage import schema as _schema
 
 REQUIRE_PG = os.environ.get("HISTSTORE_REQUIRE_POSTGRES", "") not in ("", "0")
 

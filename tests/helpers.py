@@ -16,7 +16,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import make_url, select
 
 import histstore
-from histstore import _schema
+from histstore._storage import schema as _schema
 
 REPO = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get("HISTSTORE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")

@@ -155,7 +155,7 @@ async def test_reindex_reports_progress_batch_by_batch(store: histstore.Store) -
 async def test_purge_reports_progress_batch_by_batch(
     store: histstore.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(histstore._listing, "PURGE_BATCH", 2)
+    monkeypatch.setattr(histstore._ops.listing, "PURGE_BATCH", 2)
     ids = [new_id("p") for _ in range(6)]
     for cid in ids[:5]:
         await store.write(cid, [Message.user("hi")])
@@ -182,13 +182,13 @@ def test_progress_ends_at_what_was_done() -> None:
     """Fewer done than counted first (changed meanwhile): the last call lowers the total;
     more: the total follows."""
     calls: list[tuple[int, int]] = []
-    report = histstore._admin._Reporter(lambda *c: calls.append(c), 5)
+    report = histstore.admin._queries._Reporter(lambda *c: calls.append(c), 5)
     for done in (2, 2, 4):
         report(done)
     report.finish()
     assert calls == [(2, 5), (4, 5), (4, 4)]
     calls.clear()
-    report = histstore._admin._Reporter(lambda *c: calls.append(c), 1)
+    report = histstore.admin._queries._Reporter(lambda *c: calls.append(c), 1)
     report(3)
     report.finish()
     assert calls == [(3, 3)]

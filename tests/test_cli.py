@@ -23,7 +23,8 @@ from helpers import PYTHON, empty_pg_database, new_id, subprocess_env
 from sqlalchemy import update
 
 import histstore
-from histstore import ConversationState, Message, Summary, _schema, turns
+from histstore import ConversationState, Message, Summary, turns
+from histstore._storage import schema as _schema
 from histstore.cli import parse_duration
 
 

@@ -18,8 +18,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 import histstore
-from histstore import HistStoreError, Message, SchemaError, Store, WriteError, _sqlite_driver
-from histstore._migrations import alembic_config
+from histstore import HistStoreError, Message, SchemaError, Store, WriteError
+from histstore._storage import sqlite_driver as _sqlite_driver
+from histstore._storage.migrations import alembic_config
 
 VERSION_TABLE = "histstore_alembic_version"
 NEWER_REVISION = "ffffffffffff"

@@ -14,8 +14,8 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 import histstore
-from histstore._connections import ConnectionCache
-from histstore._engine import resolve_target
+from histstore._storage.connections import ConnectionCache
+from histstore._storage.engine import resolve_target
 
 
 def _engine(backend: Backend, **pool: Any) -> AsyncEngine:

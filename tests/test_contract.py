@@ -28,7 +28,7 @@ from histstore import (
     WriteError,
     WriteOutcome,
 )
-from histstore._engine import resolve_target
+from histstore._storage.engine import resolve_target
 
 ZERO = WriteOutcome(0, False, None)
 

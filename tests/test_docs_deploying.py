@@ -45,8 +45,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 import histstore
-from histstore import _migrations, admin
-from histstore._engine import resolve_target
+from histstore import admin
+from histstore._storage import migrations as _migrations
+from histstore._storage.engine import resolve_target
 from histstore.cli import main as cli_main
 
 PAGE = REPO / "docs" / "deploying-postgres.md"

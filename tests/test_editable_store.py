@@ -14,15 +14,7 @@ from faults import Faults
 from helpers import PYTHON, subprocess_env
 
 import histstore
-from histstore import (
-    ConflictError,
-    Conversation,
-    Entry,
-    InvalidMessage,
-    Message,
-    NotFound,
-    Store,
-)
+from histstore import ConflictError, Conversation, Entry, InvalidMessage, Message, NotFound, Store
 
 
 def user(text: str) -> dict[str, Any]:

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from histstore import ConflictError, InvalidMessage, Message
-from histstore._changes import Change
-from histstore._editable import Conversation
-from histstore._entries import Aside, Entry, Spliced, TurnRecord
+from histstore._editable.changes import Change
+from histstore._editable.conversation import Conversation
+from histstore._editable.entries import Aside, Entry, Spliced, TurnRecord
 
 SECRET = "s3cr3t-content"
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)

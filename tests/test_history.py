@@ -12,14 +12,7 @@ import pytest
 from helpers import new_id, snapshot, user_msgs
 
 import histstore
-from histstore import (
-    ConflictError,
-    InvalidId,
-    InvalidMessage,
-    Message,
-    WriteError,
-    WriteOutcome,
-)
+from histstore import ConflictError, InvalidId, InvalidMessage, Message, WriteError, WriteOutcome
 
 MARKER = "SECRET-CONTENT-91c2"
 

@@ -41,16 +41,10 @@ from sqlalchemy import insert, inspect, text
 from sqlalchemy.engine import Connection
 
 import histstore
-from histstore import (
-    ConflictError,
-    HistStoreError,
-    InvalidId,
-    InvalidMessage,
-    NotFound,
-    _codec,
-    _schema,
-)
-from histstore._migrations import alembic_config
+from histstore import ConflictError, HistStoreError, InvalidId, InvalidMessage, NotFound
+from histstore._core import codec as _codec
+from histstore._storage import schema as _schema
+from histstore._storage.migrations import alembic_config
 from histstore.checkpoints import CheckpointStore
 from histstore.integrations.langgraph import HiststoreSaver
 

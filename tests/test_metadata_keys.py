@@ -1,6 +1,6 @@
 """SPEC 5: metadata keys are any strings, of any length, on every backend.
 
-The metadata table is keyed by a digest of the stored key (``_codec.key_digest``), so
+The metadata table is keyed by a digest of the stored key (``_core.codec.key_digest``), so
 a key longer than an index can hold merges, filters, forks and transfers like a short
 one, and two keys stay apart however long a prefix they share.
 """
@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 import histstore
 from histstore import ConversationState, Message, admin
-from histstore import _schema as s
+from histstore._storage import schema as s
 
 Store = histstore.Store
 

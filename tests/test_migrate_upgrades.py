@@ -28,10 +28,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 import histstore
-from histstore import _codec, _migrations, _schema, admin
-from histstore._dberrors import DatabaseFailure
-from histstore._engine import resolve_target
-from histstore._search import indexed_text
+from histstore import admin
+from histstore._core import codec as _codec
+from histstore._core.search_text import indexed_text
+from histstore._storage import migrations as _migrations
+from histstore._storage import schema as _schema
+from histstore._storage.dberrors import DatabaseFailure
+from histstore._storage.engine import resolve_target
 
 REVISIONS = _migrations.revisions()
 HEAD = REVISIONS[-1]

@@ -37,10 +37,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import NullPool
 
 import histstore
-from histstore import Summary, _codec
-from histstore._engine import resolve_target
-from histstore._migrations import alembic_config
-from histstore._schema import UTCDateTime
+from histstore import Summary
+from histstore._core import codec as _codec
+from histstore._storage.engine import resolve_target
+from histstore._storage.migrations import alembic_config
+from histstore._storage.schema import UTCDateTime
 
 PREVIOUS = "0313065f7133"
 HEAD = "head"  # c4e8a1f2d9b7 and the revisions after it

@@ -1,4 +1,4 @@
-"""Alembic migrations: upgrade, check for drift against ``_schema.metadata``, downgrade."""
+"""Alembic migrations: upgrade, check for drift against ``_storage.schema.metadata``, downgrade."""
 
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 import histstore
-from histstore import _codec, _schema
-from histstore._engine import resolve_target
-from histstore._migrations import alembic_config
+from histstore._core import codec as _codec
+from histstore._storage import schema as _schema
+from histstore._storage.engine import resolve_target
+from histstore._storage.migrations import alembic_config
 
 VERSION_TABLE = _schema.VERSION_TABLE
 ALL_TABLES = {t.name for t in _schema.metadata.sorted_tables}

@@ -22,8 +22,8 @@ from sqlalchemy.pool import NullPool
 
 import histstore
 from histstore import DatabaseFailure, SchemaError, WriteError
-from histstore._engine import resolve_target
-from histstore._migrations import alembic_config
+from histstore._storage.engine import resolve_target
+from histstore._storage.migrations import alembic_config
 
 OLDER = "c4e8a1f2d9b7"  # a revision before the newest
 READING = (("ls",), ("show", "c"), ("stats",), ("export",), ("search", "hello"), ("log", "c"))

@@ -27,9 +27,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import NullPool
 
 import histstore
-from histstore import _schema
-from histstore._engine import resolve_target
-from histstore._migrations import alembic_config
+from histstore._storage import schema as _schema
+from histstore._storage.engine import resolve_target
+from histstore._storage.migrations import alembic_config
 
 NEWER = "schema is newer than this version of histstore"
 BEFORE_GUARD = "c4e8a1f2d9b7"  # editable history, the revision before the guard

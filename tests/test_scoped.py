@@ -17,15 +17,8 @@ from helpers import new_id, raw_rows, user_msgs
 from sqlalchemy import update
 
 import histstore
-from histstore import (
-    Conversation,
-    ConversationState,
-    InvalidId,
-    Message,
-    NotFound,
-    Summary,
-    _schema,
-)
+from histstore import Conversation, ConversationState, InvalidId, Message, NotFound, Summary
+from histstore._storage import schema as _schema
 
 Store = histstore.Store
 ALICE = "alice"

@@ -19,18 +19,11 @@ from sqlalchemy import text, update
 
 import histstore
 import histstore.admin
-from histstore import (
-    ConflictError,
-    Hit,
-    InvalidMessage,
-    Message,
-    Store,
-    _dialects,
-    _schema,
-    indexed_text,
-)
-from histstore._export import copy_store, export_store, import_store
-from histstore._search import parse_query
+from histstore import ConflictError, Hit, InvalidMessage, Message, Store, indexed_text
+from histstore._core.search_text import parse_query
+from histstore._storage import schema as _schema
+from histstore._storage.statements import dialects as _dialects
+from histstore._transfer.exporting import copy_store, export_store, import_store
 
 # ---------------------------------------------------------------------- indexed text
 

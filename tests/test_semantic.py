@@ -22,8 +22,9 @@ from helpers import new_id
 from sqlalchemy import delete, select, update
 
 import histstore
-from histstore import InvalidId, InvalidMessage, Message, _schema
-from histstore._semantic import SemanticIndex
+from histstore import InvalidId, InvalidMessage, Message
+from histstore._ops.semantic import SemanticIndex
+from histstore._storage import schema as _schema
 
 Store = histstore.Store
 DIMS = 16

@@ -14,7 +14,7 @@ from helpers import new_id, user_msgs
 
 import histstore
 from histstore import WriteError, WriteOutcome
-from histstore._drivers import EXECUTE, Program
+from histstore._storage.drivers import EXECUTE, Program
 
 
 def _noop(store: histstore.Store) -> Program[bool]:

@@ -28,8 +28,8 @@ from histstore import (
     Message,
     NotFound,
     Summary,
-    _schema,
 )
+from histstore._storage import schema as _schema
 
 Store = histstore.Store
 

@@ -14,7 +14,7 @@ import pytest
 
 import histstore
 from histstore import InvalidMessage, Message, NotFound
-from histstore._export import FormatError, copy_store, export_store, import_store
+from histstore._transfer.exporting import FormatError, copy_store, export_store, import_store
 
 T = "2024-01-02T03:04:05.123456+00:00"
 

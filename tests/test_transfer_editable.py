@@ -16,7 +16,7 @@ from helpers import new_id
 
 import histstore
 from histstore import Conversation, Entry, Message, Store
-from histstore._export import FormatError, copy_store, export_store, import_store
+from histstore._transfer.exporting import FormatError, copy_store, export_store, import_store
 
 
 def user(text: str) -> dict[str, Any]:

@@ -23,9 +23,9 @@ from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 import histstore
-from histstore import _pg_url
-from histstore._dberrors import DatabaseFailure
-from histstore._engine import resolve_target
+from histstore._storage import pg_url as _pg_url
+from histstore._storage.dberrors import DatabaseFailure
+from histstore._storage.engine import resolve_target
 
 KEY_PASSWORD = "k3y-passphrase"
 """The passphrase of the client key made for the certificate-auth tests."""

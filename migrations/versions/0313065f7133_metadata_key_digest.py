@@ -1,7 +1,7 @@
 """Metadata keys of any length: the metadata table is keyed by a digest of the key.
 
 ``histstore_metadata.key`` becomes unbounded text, and a new column ``key_digest``
-holds the SHA-256 hex digest of the stored key (``histstore._codec.key_digest``),
+holds the SHA-256 hex digest of the stored key (``histstore._core.codec.key_digest``),
 filled here for the rows already stored, in batches. The primary key becomes
 ``(conversation_id, key_digest)`` and the filter index ``(key_digest, digest,
 conversation_id)``: neither holds the key itself, which an index could not hold past a
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from histstore._codec import key_digest
+from histstore._core.codec import key_digest
 from histstore._errors import SchemaError
 
 # Ids compare by code point: Postgres needs the "C" collation for that (keys too).

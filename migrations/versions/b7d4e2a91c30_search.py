@@ -1,7 +1,7 @@
 """Search: each message's indexed text, a full-text index over it, message vectors.
 
 Adds ``histstore_messages.search_text`` and fills it for the messages already stored,
-in batches (``histstore._search.indexed_text`` decides what it holds); then the
+in batches (``histstore._core.search_text.indexed_text`` decides what it holds); then the
 full-text index (SQLite: an external-content FTS5 table kept by triggers; Postgres: a
 generated ``search_vector = to_tsvector('simple', search_text)`` with a GIN index) and ``histstore_vectors``, whose
 rows go with their message (Postgres: a cascading foreign key; SQLite: a trigger).
@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import TSVECTOR
 
-from histstore._search import indexed_text
+from histstore._core.search_text import indexed_text
 
 # Ids compare by code point: Postgres needs the "C" collation for that.
 ID = sa.String(length=255).with_variant(sa.String(length=255, collation="C"), "postgresql")
@@ -34,7 +34,7 @@ depends_on: str | Sequence[str] | None = None
 BATCH = 2000
 
 # Offline (--sql) the backfill cannot run (``indexed_text`` is Python): the script from
-# ``histstore migrate --sql`` ends by naming this command (histstore._migrations).
+# ``histstore migrate --sql`` ends by naming this command (histstore._storage.migrations).
 offline_follow_up = "histstore reindex"
 
 # A Table (not a lightweight ``table()``), so a schema placement translates it.

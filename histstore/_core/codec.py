@@ -1,0 +1,157 @@
+"""JSON encoding of stored values: strict, lossless, and checked before anything is written."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from .._errors import InvalidMessage
+
+__all__ = [
+    "canonical",
+    "canonical_digest",
+    "check_text",
+    "decode",
+    "digest",
+    "encode",
+    "encode_decoded",
+    "key_digest",
+    "key_from_stored",
+    "key_to_stored",
+    "looks_large",
+]
+
+_encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_canonical = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"), sort_keys=True
+)
+decode = json.loads
+
+
+def encode(value: object, *, what: str = "value") -> tuple[str, Any, int]:
+    """Encode ``value`` as JSON text; return the text, a private decoded copy, its UTF-8 size.
+
+    Raises ``InvalidMessage`` unless the value survives the round trip equal: NaN and
+    infinities, lone surrogates, non-string object keys, tuples and anything ``json``
+    cannot serialize are refused. The error never quotes the value.
+    """
+    try:
+        text = _encoder.encode(value)
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+        copy = json.loads(text)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidMessage(f"{what} is not storable JSON ({type(exc).__name__})") from None
+    if copy != value:
+        raise InvalidMessage(f"{what} does not survive a JSON round trip unchanged")
+    return text, copy, size
+
+
+def encode_decoded(value: object, *, what: str = "value") -> tuple[str, int]:
+    """``encode`` for a value ``json.loads`` made: the text and its UTF-8 size.
+
+    Such a value is made of JSON types only, so its round trip cannot change it and is
+    not checked; what can still be refused is what the encoder refuses (infinities from
+    huge literals, lone surrogates from ``\\ud800`` escapes, nesting too deep).
+    """
+    try:
+        text = _encoder.encode(value)
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidMessage(f"{what} is not storable JSON ({type(exc).__name__})") from None
+    return text, size
+
+
+def digest(texts: Iterable[str]) -> str:
+    """A SHA-256 hex digest over a sequence of JSON texts (order matters)."""
+    h = hashlib.sha256()
+    for t in texts:
+        b = t.encode("utf-8")
+        h.update(len(b).to_bytes(8, "big"))
+        h.update(b)
+    return h.hexdigest()
+
+
+def canonical(value: object) -> str:
+    """JSON text of a storable value with object keys sorted: equal values, equal text."""
+    return _canonical.encode(value)
+
+
+def canonical_digest(value: object) -> str:
+    """Digest of a JSON value that ignores object key order (for equality lookups)."""
+    return hashlib.sha256(canonical(value).encode("utf-8")).hexdigest()
+
+
+def looks_large(values: Iterable[object], *, budget: int = 1 << 16, nodes: int = 2000) -> bool:
+    """Cheaply tell whether encoding ``values`` is worth moving off the event loop.
+
+    Walks at most ``nodes`` containers and strings; true when that walk runs out or the
+    strings seen add up to more than ``budget`` characters.
+    """
+    stack: list[object] = list(values)
+    size = 0
+    while stack:
+        nodes -= 1
+        if nodes < 0:
+            return True
+        v = stack.pop()
+        if isinstance(v, str):
+            size += len(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, (bytes, bytearray)):
+            size += len(v)
+        if size > budget:
+            return True
+    return False
+
+
+def check_text(value: object, *, what: str) -> str:
+    """A string the databases store in a text column unchanged, else ``InvalidMessage``.
+
+    Such text has no NUL (Postgres text cannot hold one) and no lone surrogate (it must
+    encode as UTF-8). The error never quotes the value.
+    """
+    if not isinstance(value, str):
+        raise InvalidMessage(f"{what} must be a str, not {type(value).__name__}")
+    if "\x00" in value:
+        raise InvalidMessage(f"{what} holds a NUL character, which text columns cannot store")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidMessage(f"{what} holds a lone surrogate") from None
+    return value
+
+
+# Metadata keys are any strings, NUL included, but sit in a text column: NUL and the
+# escape character itself are written as two-character escapes. Keys without either
+# (every key stored before keys could hold control characters) are stored unchanged.
+# A stored key has no length limit; the table is keyed and indexed by its digest.
+_ESCAPE, _ESCAPED_ESCAPE, _ESCAPED_NUL = "\x01", "\x01\x01", "\x01\x02"
+_UNESCAPE = re.compile("\x01(.)", re.DOTALL)
+
+
+def key_to_stored(key: str) -> str:
+    """The text-column form of a metadata key (see ``key_from_stored``)."""
+    if "\x00" not in key and _ESCAPE not in key:
+        return key
+    return key.replace(_ESCAPE, _ESCAPED_ESCAPE).replace("\x00", _ESCAPED_NUL)
+
+
+def key_from_stored(stored: str) -> str:
+    """The metadata key a stored key stands for."""
+    if _ESCAPE not in stored:
+        return stored
+    return _UNESCAPE.sub(lambda m: _ESCAPE if m.group(1) == _ESCAPE else "\x00", stored)
+
+
+def key_digest(stored: str) -> str:
+    """The SHA-256 hex digest of a stored metadata key (its UTF-8 bytes): 64 characters
+    whatever the key's length, what the metadata table's primary key and filter index
+    hold in place of the key itself."""
+    return hashlib.sha256(stored.encode("utf-8")).hexdigest()

@@ -1,0 +1,32 @@
+"""The rules for conversation ids, list names and users."""
+
+from __future__ import annotations
+
+import re
+
+from .._errors import InvalidId
+
+__all__ = ["MAX_ID_LENGTH", "validate_id"]
+
+MAX_ID_LENGTH = 255
+
+# Unicode category Cc is exactly U+0000-U+001F and U+007F-U+009F; U+D800-U+DFFF are
+# surrogates, which a well-formed str only holds when they are lone.
+_FORBIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def validate_id(s: object, *, what: str = "conversation id") -> str:
+    """Return ``s`` when it is a valid id, else raise ``InvalidId``.
+
+    A valid id is a ``str`` of 1 to 255 characters with no control characters (Unicode
+    category Cc, NUL included), no lone surrogates, and no leading or trailing whitespace.
+    """
+    if not isinstance(s, str):
+        raise InvalidId(f"{what} must be a str, not {type(s).__name__}")
+    if not 0 < len(s) <= MAX_ID_LENGTH:
+        raise InvalidId(f"{what} must have 1 to {MAX_ID_LENGTH} characters, not {len(s)}")
+    if _FORBIDDEN.search(s) is not None:
+        raise InvalidId(f"{what} holds a control character or a lone surrogate")
+    if s.strip() != s:
+        raise InvalidId(f"{what} has leading or trailing whitespace")
+    return s

@@ -1,0 +1,179 @@
+"""What search sees of a message, how a query is read, and what a search returns.
+
+``indexed_text`` is the one definition of a message's searchable text: both full-text
+indexes (SQLite FTS5, PostgreSQL ``tsvector``) and the semantic index are fed from it,
+through the ``search_text`` column every insert fills.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import InvalidMessage
+from .models import Message
+
+__all__ = ["TEXT_BLOCKS", "Hit", "indexed_text", "parse_query"]
+
+TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
+"""Content block types whose ``text`` is indexed."""
+
+_CALLS = frozenset({"function_call", "custom_tool_call"})
+_RESULTS = frozenset({"function_call_output", "custom_tool_call_output"})
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A message found by a search: where it is, the message, and how well it matched
+    (a higher ``score`` is a better match; scores compare within one search only)."""
+
+    conversation: str
+    position: int
+    message: Message
+    score: float
+
+
+def indexed_text(message: Message | Mapping[str, Any]) -> str | None:
+    """The text a search finds a message by, or ``None`` when it has none.
+
+    Indexed, in the message's own order, one piece per line:
+
+    - a string ``content`` (any role: user, assistant, system, tool results);
+    - content blocks of type ``text``, ``input_text`` and ``output_text`` (their
+      ``text``), in a list ``content`` (Chat Completions parts, Responses items,
+      Anthropic blocks) or an Anthropic ``tool_result`` block's ``content``;
+    - tool-call arguments: Chat Completions ``tool_calls[].function.arguments`` and
+      ``function_call.arguments``, Responses ``function_call`` ``arguments`` and
+      ``custom_tool_call`` ``input``, Anthropic ``tool_use`` ``input``; JSON arguments
+      contribute their string and number values, not their keys;
+    - tool results: Responses ``function_call_output`` ``output`` (a string or text
+      blocks) and Anthropic ``tool_result`` content.
+
+    Never indexed: keys, roles, block types, ids, tool names, images, audio, files and
+    other binary data, reasoning items. A NUL in the text becomes a space (no database
+    text column holds one; it separates words either way).
+    """
+    d = message._dict() if isinstance(message, Message) else message
+    if type(d) is not dict:  # JSON objects are dicts from here on
+        d = dict(d)
+    content = d.get("content")
+    if type(content) is str and len(d) == 2 and "role" in d:  # the commonest shape
+        text = content
+    else:
+        text = "\n".join(p for p in _pieces(d) if p)
+    if "\x00" in text:
+        text = text.replace("\x00", " ")
+    return text or None
+
+
+def _pieces(d: dict[str, Any]) -> Iterator[str]:
+    kind = d.get("type")
+    yield from _content(d.get("content"))
+    calls = d.get("tool_calls")
+    if isinstance(calls, list):
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
+                yield from _arguments(fn.get("arguments"))
+    legacy = d.get("function_call")
+    if isinstance(legacy, dict):
+        yield from _arguments(legacy.get("arguments"))
+    if kind in _CALLS:
+        yield from _arguments(d.get("arguments"))
+        yield from _arguments(d.get("input"))
+    elif kind in _RESULTS:
+        yield from _content(d.get("output"))
+
+
+def _content(value: Any) -> Iterator[str]:
+    """A string, or the text of a list of blocks."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for block in value:
+            if isinstance(block, str):
+                yield block
+            elif isinstance(block, dict):
+                yield from _block(block)
+
+
+def _block(block: dict[str, Any]) -> Iterator[str]:
+    kind = block.get("type")
+    if kind in TEXT_BLOCKS:
+        text = block.get("text")
+        if isinstance(text, str):
+            yield text
+    elif kind == "tool_use":
+        yield from _values(block.get("input"))
+    elif kind == "tool_result":
+        yield from _content(block.get("content"))
+
+
+def _arguments(value: Any) -> Iterator[str]:
+    """Tool-call arguments: a JSON text contributes its values; other text as it is."""
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            yield value
+            return
+        if isinstance(decoded, (dict, list)):
+            yield from _values(decoded)
+        else:
+            yield value
+    elif value is not None:
+        yield from _values(value)
+
+
+def _values(value: Any) -> Iterator[str]:
+    """The string and number leaves of a JSON value (never its keys)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            yield v
+        elif isinstance(v, bool) or v is None:
+            continue
+        elif isinstance(v, (int, float)):
+            yield str(v)
+        elif isinstance(v, dict):
+            stack.extend(reversed(list(v.values())))
+        elif isinstance(v, list):
+            stack.extend(reversed(v))
+
+
+def parse_query(query: object) -> list[str]:
+    """The terms of a search query: each word, and each ``"quoted phrase"`` as one term.
+
+    All terms must match. The terms are matched as text only; callers hand them to an
+    engine as quoted strings or bind parameters, never as its query language.
+
+    Raises:
+        InvalidMessage: the query is not a string, is empty or only whitespace, holds a
+            NUL or lone surrogate, or has an unclosed quote.
+    """
+    if not isinstance(query, str):
+        raise InvalidMessage(f"a search query is a string, not {type(query).__name__}")
+    if "\x00" in query:
+        raise InvalidMessage("a search query cannot hold NUL")
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMessage("a search query cannot hold a lone surrogate") from None
+    if not query.strip():
+        raise InvalidMessage("a search query needs at least one word")
+    if query.count('"') % 2:
+        raise InvalidMessage("a search query has an unclosed quote")
+    terms: list[str] = []
+    for i, chunk in enumerate(query.split('"')):
+        if i % 2:  # inside quotes: one phrase
+            phrase = " ".join(chunk.split())
+            if phrase:
+                terms.append(phrase)
+        else:
+            terms.extend(chunk.split())
+    if not terms:
+        raise InvalidMessage("a search query needs at least one word")
+    return terms

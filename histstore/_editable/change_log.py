@@ -1,0 +1,123 @@
+"""A conversation's change log as a store keeps it, and how whole records are rebuilt.
+
+A stored record holds every part of its ``Change`` but the entries it added, which are
+only counted: the entries a change added are what stood at its place right after it,
+so they are recovered by walking back from the current entries, undoing each change in
+turn (``rebuild``). A write's record is its idempotency row (kept by the write's own
+statements, none extra) and says only how many messages it appended at the end.
+
+Pure functions, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from .._core import codec as _codec
+from .._errors import ConflictError, HistStoreError, InvalidMessage
+from .changes import Change
+from .entries import Entry
+from .fold import State
+
+__all__ = ["Logged", "encode", "logged", "rebuild", "written"]
+
+
+@dataclass(frozen=True, slots=True)
+class Logged:
+    """One stored change record: the change without its added entries and the asides
+    they moved, the count of those entries, and the moves as stored."""
+
+    change: Change
+    added: int
+    moved: tuple[Any, ...] = ()
+
+
+def encode(change: Change, added: int | None = None) -> str:
+    """The JSON text of a change's stored record (``kind``, ``author``, ``at`` and
+    ``revision`` have columns of their own; the added entries are counted: ``added``
+    when the change itself does not hold them)."""
+    record = change.to_record()
+    for key in ("kind", "author", "at", "revision"):
+        record.pop(key, None)
+    record.pop("added", None)
+    count = len(change.added) if added is None else added
+    if count:
+        record["added"] = count
+    return _codec.encode(record, what="change record")[0]
+
+
+def logged(revision: int, kind: str, author: str | None, at: datetime, text: str) -> Logged:
+    """A record read back from the changes table.
+
+    Raises:
+        HistStoreError: the stored record is not one ``encode`` made (a damaged database).
+    """
+    try:
+        record = _codec.decode(text)
+        if not isinstance(record, dict):
+            raise InvalidMessage("not an object")
+        added = record.pop("added", 0)
+        moved = record.pop("moved", [])
+        if not isinstance(added, int) or isinstance(added, bool) or added < 0:
+            raise InvalidMessage("a bad count of added entries")
+        if not isinstance(moved, list):
+            raise InvalidMessage("a bad list of moved asides")
+        change = Change.from_record({"kind": kind, **record})
+        change = replace(change, author=author, at=at, revision=revision)
+    except (ValueError, TypeError) as exc:  # InvalidMessage is a ValueError
+        raise HistStoreError(f"change record {revision} is damaged ({exc})") from None
+    return Logged(change, added, tuple(moved))
+
+
+def written(revision: int, at: datetime, appended: int) -> Logged:
+    """A write's record, from its idempotency row: ``appended`` messages at the end."""
+    return Logged(Change("write", at=at, revision=revision), appended)
+
+
+def rebuild(conversation: str, current: Sequence[Entry], log: Sequence[Logged]) -> list[Change]:
+    """The whole change records of a conversation whose entries are ``current`` and whose
+    log, oldest first from revision 1, is ``log``.
+
+    Walking back from ``current`` recovers each change's added entries; folding the
+    records forward then gives each one the parts applying it makes (the halt a write
+    cleared, the asides a pop moved) and checks that they build ``current``.
+
+    Raises:
+        HistStoreError: the log does not build the current entries (a damaged database).
+    """
+    entries = list(current)
+    added: list[tuple[Entry, ...]] = [()] * len(log)
+    for i in range(len(log) - 1, -1, -1):
+        rec = log[i]
+        change = rec.change
+        if not rec.added and not change.removed:
+            continue
+        start = len(entries) - rec.added if change.start is None else change.start
+        if start < 0 or start + rec.added > len(entries):
+            raise _damaged(conversation)
+        added[i] = tuple(entries[start : start + rec.added])
+        entries[start : start + rec.added] = change.removed
+    if entries:
+        raise _damaged(conversation)
+    state = State()
+    out: list[Change] = []
+    try:
+        for rec, new in zip(log, added, strict=True):
+            change = rec.change
+            if new or rec.moved:
+                change = replace(change, added=new, moved=rec.moved)
+            out.append(state.apply(change))
+    except (ConflictError, InvalidMessage):
+        raise _damaged(conversation) from None
+    if [e.entry_id for e in state.entries] != [e.entry_id for e in current]:
+        raise _damaged(conversation)
+    return out
+
+
+def _damaged(conversation: str) -> HistStoreError:
+    return HistStoreError(
+        f"the change log of conversation {conversation!r} does not build its entries"
+    )

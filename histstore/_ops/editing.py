@@ -1,0 +1,405 @@
+"""Editable history in a store (SPEC 11): a conversation as a value, its commit, its
+change log, and reverting it.
+
+The programs here are the one way entries are edited in place: ``commit`` and
+``revert`` both end in ``persist``, which writes what differs between the value's saved
+state and its new one under an optimistic check of the revision. ``save`` and pop
+reach the same tables through their own programs (``_ops.state``, ``_ops.history``), keeping
+the same records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from .._core import codec as _codec
+from .._core import rules as _rules
+from .._core.ids import validate_id
+from .._core.models import Message
+from .._core.search_text import indexed_text
+from .._editable.change_log import Logged, encode, logged, rebuild, written
+from .._editable.changes import Change, first_touched
+from .._editable.conversation import Conversation
+from .._editable.entries import AsideState, Entry, TurnRecord, check_by
+from .._editable.fold import State, eid
+from .._errors import ConflictError, HistStoreError, InvalidMessage, NotFound
+from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback, Step
+from .context import Context, not_found
+
+__all__ = ["Editing", "Plan", "load", "message_row", "persist", "plan", "stored_entries"]
+
+T = TypeVar("T")
+Steps = Generator[Step, Any, T]
+
+_LARGE = 1000
+"""Commits that may write more message rows than this are planned off the event loop."""
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def load(ctx: Context, conversation: str, *, lock: bool = False) -> Steps[Conversation | None]:
+    """Program steps: the conversation as a value (``None`` when unknown or not
+    visible); with ``lock`` its row is locked for the rest of the transaction."""
+    sql = ctx.sql.edit
+    head = yield FETCH, (sql.lock if lock else sql.head), ctx.params(conversation)
+    if not head:
+        return None
+    revision, next_entry, next_aside, halted, _length = head[0]
+    time = ctx.sql.created_at or _same
+    entries = stored_entries(ctx, (yield FETCH, sql.entries, {"c": conversation}))
+    asides: dict[int, AsideState] = {}
+    if next_aside > 1:
+        got = yield FETCH, sql.asides, {"c": conversation}
+        asides = {int(r[0]): AsideState(r[1], r[2], _codec.decode(r[3])) for r in got}
+    got = yield FETCH, sql.turns, {"c": conversation}
+    turns = [
+        TurnRecord(
+            int(r[0]),
+            int(r[1]),
+            opened_at=time(r[2]),
+            end=r[3],
+            ended_at=None if r[4] is None else time(r[4]),
+            usage=None if r[5] is None else _codec.decode(r[5]),
+        )
+        for r in got
+    ]
+    return Conversation._load(
+        conversation,
+        revision=int(revision),
+        entries=entries,
+        asides=asides,
+        halted=halted,
+        turns=turns,
+        next_entry_id=int(next_entry),
+        next_aside_id=int(next_aside),
+    )
+
+
+def stored_entries(ctx: Context, rows: Iterable[Sequence[Any]]) -> list[Entry]:
+    """Entries from ``(data, position, created_at, entry_id, author)`` rows as the driver
+    reads them."""
+    time = ctx.sql.created_at or _same
+    return [
+        Entry._stored(Message._stored(r[0], None, None), int(r[3]), r[4], time(r[2])) for r in rows
+    ]
+
+
+def log(
+    ctx: Context, conversation: str, entries: Sequence[Entry], revision: int
+) -> Steps[list[Change]]:
+    """Program steps: the whole change records of a conversation at ``revision`` whose
+    entries are ``entries`` (see ``_editable.change_log.rebuild``)."""
+    sql = ctx.sql.edit
+    params = {"c": conversation, "since": 0}
+    time = ctx.sql.created_at or _same
+    records: dict[int, Logged] = {}
+    for r in (yield FETCH, sql.log_writes, params):
+        records[int(r[0])] = written(int(r[0]), time(r[1]), int(r[2] or 0))
+    for r in (yield FETCH, sql.log_changes, params):
+        records[int(r[0])] = logged(int(r[0]), r[1], r[2], time(r[3]), r[4])
+    if sorted(records) != list(range(1, revision + 1)):
+        raise HistStoreError(f"the change log of conversation {conversation!r} has gaps")
+    return rebuild(conversation, entries, [records[i] for i in range(1, revision + 1)])
+
+
+def message_row(
+    ctx: Context, conversation: str, position: int, entry: Entry, now: datetime
+) -> dict[str, Any]:
+    """The messages-table row of ``entry`` at ``position``."""
+    m = entry.message
+    count = ctx.settings.count_tokens
+    return {
+        "conversation_id": conversation,
+        "position": position,
+        "role": _rules.role_key(m.role),
+        "data": m._text,
+        "token_count": None
+        if count is None
+        else _rules.counted(count, m, conversation, f"the message at position {position}"),
+        "created_at": entry.created_at or now,
+        "search_text": indexed_text(m),
+        "entry_id": eid(entry),
+        "author": entry.author,
+    }
+
+
+@dataclass
+class Plan:
+    """What a commit writes besides the change records: the conversation row's new
+    state, the message rows of ``[start, stop)`` (``cut``: the rows deleted first, the
+    range or, when the length changed, everything from ``start``), and the asides and
+    turn records that changed. Made off the database (``plan``)."""
+
+    row: dict[str, Any]
+    start: int
+    stop: int
+    cut: str | None
+    rows: list[dict[str, Any]]
+    gone_asides: list[int]
+    asides: list[dict[str, Any]]
+    turns: list[dict[str, Any]]
+
+
+def plan(
+    ctx: Context,
+    conversation: str,
+    before: State,
+    after: State,
+    changes: Sequence[Change],
+    now: datetime,
+) -> Plan:
+    """The writes that turn ``before`` (the stored state at the revision the value
+    continues) into ``after`` by ``changes``: only what differs. The entries before the
+    first position the changes touch are not looked at.
+
+    Raises:
+        InvalidMessage: an entry to write is over the store's ``max_message_bytes``.
+    """
+    old, new = before.entries, after.entries
+    top = min(len(old), len(new))
+    p = min(first_touched(changes) or 0, top)
+    while p < top and old[p] == new[p]:
+        p += 1
+    while p < top and old[p] == new[p]:
+        p += 1
+    stop = len(new)
+    cut: str | None = "tail" if p < len(old) else None
+    if len(old) == len(new):
+        while stop > p and old[stop - 1] == new[stop - 1]:
+            stop -= 1
+        cut = "range" if stop > p else None
+    limit = ctx.settings.max_message_bytes
+    for i in range(p, stop):
+        if new[i].message.size > limit:
+            raise InvalidMessage(
+                f"entry {i} of conversation {conversation!r} is over the size limit ({limit} bytes)"
+            )
+    asides = [
+        {
+            "conversation_id": conversation,
+            "aside_id": aside_id,
+            "after": state.after,
+            "home": state.home,
+            "value": _codec.encode(state.value)[0],
+        }
+        for aside_id, state in sorted(after.asides.items())
+        if before.asides.get(aside_id) != state
+    ]
+    return Plan(
+        row={
+            "length": len(new),
+            "next_entry": after.next_entry,
+            "next_aside": after.next_aside,
+            "halted": after.halted,
+        },
+        start=p,
+        stop=stop,
+        cut=cut,
+        rows=[message_row(ctx, conversation, i, new[i], now) for i in range(p, stop)],
+        gone_asides=sorted(before.asides.keys() - after.asides.keys()),
+        asides=asides,
+        turns=[
+            _turn_row(conversation, t, now)
+            for i, t in enumerate(after.turns)
+            if i >= len(before.turns) or before.turns[i] != t
+        ],
+    )
+
+
+def persist(
+    ctx: Context, conversation: str, work: Plan, changes: Sequence[Change], now: datetime
+) -> Program[int]:
+    """The program that stores ``changes`` (stamped, the first at the stored revision
+    + 1) and ``work``, what they do; returns the new revision.
+
+    Raises:
+        ConflictError: the stored revision is not the one the changes continue.
+        NotFound: a scoped view may not see the conversation.
+    """
+    sql, edit, c = ctx.sql, ctx.sql.edit, conversation
+    first = changes[0].revision
+    assert first is not None
+    expected = first - 1
+    revision = expected + len(changes)
+    params = ctx.params(c, expected=expected, revision=revision, now=now, **work.row)
+    if not (yield FETCH, edit.claim_new if expected == 0 else edit.claim, params):
+        taken = yield FETCH, sql.taken, {"c": c}
+        if ctx.owner is not None and taken and taken[0][0] != ctx.owner:
+            raise not_found(c)
+        raise ConflictError(
+            f"conversation {c!r} changed since revision {expected} (commit refused)"
+        )
+    if work.cut == "range":
+        yield EXECUTE, edit.delete_range, {"c": c, "start": work.start, "stop": work.stop}
+    elif work.cut == "tail":
+        yield EXECUTE, sql.delete_messages_from, {"c": c, "start": work.start}
+    if work.rows:
+        yield EXECUTE_MANY, sql.insert_messages, work.rows
+    for aside_id in work.gone_asides:
+        yield EXECUTE, edit.delete_aside, {"c": c, "aside_id": aside_id}
+    if work.asides:
+        yield EXECUTE_MANY, edit.put_aside, work.asides
+    if work.turns:
+        yield EXECUTE_MANY, edit.put_turn, work.turns
+    records = [
+        {
+            "conversation_id": c,
+            "revision": change.revision,
+            "kind": change.kind,
+            "author": change.author,
+            "at": now,
+            "record": encode(change),
+        }
+        for change in changes
+    ]
+    yield EXECUTE_MANY, edit.insert_change, records
+    return revision
+
+
+def _turn_row(conversation: str, turn: TurnRecord, now: datetime) -> dict[str, Any]:
+    return {
+        "conversation_id": conversation,
+        "number": turn.number,
+        "start": turn.start,
+        "opened_at": turn.opened_at or now,
+        "end": turn.end,
+        "ended_at": turn.ended_at or (now if turn.end is not None else None),
+        "usage": None if turn.usage is None else _codec.encode(dict(turn.usage))[0],
+    }
+
+
+class Editing:
+    """The editable-history calls of a store (see ``Store`` for their contracts)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    async def edit(self, conversation: str) -> Conversation:
+        validate_id(conversation)
+        ctx = self._ctx
+
+        def program() -> Program[Conversation]:
+            value = yield from load(ctx, conversation)
+            return Conversation(conversation) if value is None else value
+
+        return await ctx.executor.snapshot(program(), action="edit", conversation=conversation)
+
+    async def refresh(self, conv: Conversation) -> None:
+        cid = _conversation_of(conv)
+        if conv.unsaved:
+            raise ConflictError(f"conversation {cid!r}: the value has unsaved changes")
+        fresh = await self.edit(cid)
+        conv._state, conv._revision, conv._saved = fresh._state, fresh._revision, None
+
+    async def commit(self, conv: Conversation) -> int:
+        cid = _conversation_of(conv)
+        outbox = list(conv._outbox)
+        if not outbox:
+            self._ctx.executor.check()
+            return conv.revision
+        before = conv._saved if conv._saved is not None else State()
+        after = conv._state
+        now = _now()
+        stamped = [c.stamped(conv.revision + i + 1, now) for i, c in enumerate(outbox)]
+        low = first_touched(stamped)
+        if low is not None and len(after.entries) - low > _LARGE:
+            work = await asyncio.to_thread(plan, self._ctx, cid, before, after, stamped, now)
+        else:
+            work = plan(self._ctx, cid, before, after, stamped, now)
+        program = persist(self._ctx, cid, work, stamped, now)
+        revision = await self._ctx.executor.write(program, action="commit", conversation=cid)
+        conv._saved_as(stamped)
+        return revision
+
+    async def changes(self, conversation: str, since: int, limit: int | None) -> list[Change]:
+        validate_id(conversation)
+        since = _count(since, "since")
+        top = None if limit is None else _count(limit, "limit")
+        ctx = self._ctx
+
+        def program() -> Program[list[Change]]:
+            value = yield from load(ctx, conversation)
+            if value is None or value.revision <= since:
+                return []
+            records = yield from log(ctx, conversation, value._state.entries, value.revision)
+            end = None if top is None else since + top
+            return records[since:end]
+
+        return await ctx.executor.snapshot(
+            program(), action="read changes of", conversation=conversation
+        )
+
+    async def revert(self, conversation: str, revision: int, by: str) -> int:
+        validate_id(conversation)
+        by = check_by(by)
+        if not isinstance(revision, int) or isinstance(revision, bool):
+            raise TypeError("revision must be an int")
+        if revision < 0:
+            raise not_revision(conversation, revision)
+        ctx = self._ctx
+
+        def program() -> Program[int]:
+            value = yield from load(ctx, conversation, lock=True)
+            if value is None:
+                raise not_found(conversation)
+            current = value.revision
+            if revision > current:
+                raise not_revision(conversation, revision)
+            if revision == current:
+                return Rollback(current)
+            records = yield from log(ctx, conversation, value._state.entries, current)
+            target = Conversation.fold(records[:revision])
+            if not value.revert_to(target, by=by):
+                return Rollback(current)
+            now = _now()
+            stamped = [c.stamped(current + 1, now) for c in value._outbox]
+            assert value._saved is not None
+            work = plan(ctx, conversation, value._saved, value._state, stamped, now)
+            return (yield from persist(ctx, conversation, work, stamped, now))
+
+        return await ctx.executor.write(program(), action="revert", conversation=conversation)
+
+    async def newest_by(self, conversation: str, author: str) -> Message | None:
+        validate_id(conversation)
+        author = check_by(author, what="author")
+        ctx = self._ctx
+        rows = await ctx.executor.fetch(
+            ctx.sql.edit.newest_by,
+            ctx.params(conversation, author=author),
+            action="read",
+            conversation=conversation,
+        )
+        if not rows:
+            return None
+        r = rows[0]
+        return Message._stored(r[0], r[1], r[2], ctx.sql.created_at, r[3], r[4])
+
+
+def _conversation_of(conv: object) -> str:
+    if not isinstance(conv, Conversation):
+        raise TypeError("takes a histstore.Conversation")
+    if conv.conversation_id is None:
+        raise InvalidMessage("the Conversation names no conversation (give it an id)")
+    return conv.conversation_id
+
+
+def _count(value: object, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int")
+    if value < 0:
+        raise InvalidMessage(f"{name} must not be negative")
+    return value
+
+
+def not_revision(conversation: str, revision: int) -> NotFound:
+    return NotFound(f"conversation {conversation!r} has no revision {revision}")
+
+
+def _same(value: Any) -> Any:
+    return value

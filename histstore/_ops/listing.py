@@ -1,0 +1,212 @@
+"""Finding conversations: filtered, ordered pages of ids, and purging idle ones."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+from sqlalchemy import ColumnElement, Select, and_, exists, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .._core import codec as _codec
+from .._core import rules as _rules
+from .._storage import schema as s
+from .._storage.drivers import FETCH, Program
+from .context import Context
+from .history import delete_conversation
+
+__all__ = ["Listing", "Order", "metadata_filter", "select_filtered", "select_ids"]
+
+Order = Literal["id", "created", "updated"]
+_conv = s.conversations
+PURGE_BATCH = 500
+
+
+class Listing:
+    """The listing calls of a store (see ``Store`` for their contracts)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    async def conversations(
+        self,
+        *,
+        user: str | None,
+        metadata: Mapping[str, Any] | None,
+        limit: int | None,
+        offset: int,
+        order: Order,
+        descending: bool,
+    ) -> list[str]:
+        stmt = select_ids(
+            self._ctx,
+            user=user,
+            metadata=metadata,
+            limit=limit,
+            offset=offset,
+            order=order,
+            descending=descending,
+        )
+        if stmt is None:  # a view asked for another user's conversations
+            self._ctx.executor.check()
+            return []
+        page = stmt
+
+        async def work(conn: AsyncConnection) -> list[str]:
+            return list((await conn.execute(page)).scalars())
+
+        return await self._ctx.executor.run(work, mode="read", action="list conversations")
+
+    async def purge(
+        self, idle_for: timedelta, progress: Callable[[int], None] | None = None
+    ) -> int:
+        """``Store.purge``; ``progress(deleted so far)`` after every batch."""
+        if not isinstance(idle_for, timedelta):
+            raise TypeError("idle_for must be a timedelta")
+        if idle_for < timedelta(0):
+            raise ValueError("idle_for must not be negative")
+        ctx = self._ctx
+        cutoff = datetime.now(timezone.utc) - idle_for
+
+        # Locking the rows first means a conversation changed meanwhile is skipped
+        # whole (its lock makes the change wait, or the change makes it recent).
+        def program() -> Program[int]:
+            params = {"owner": ctx.owner, "cutoff": cutoff, "batch": PURGE_BATCH}
+            rows = yield FETCH, ctx.sql.pick_idle, params
+            for (cid,) in rows:
+                yield from delete_conversation(ctx, cid)
+            return len(rows)
+
+        total = 0
+        while True:
+            done = await ctx.executor.write(program(), action="purge")
+            total += done
+            if progress is not None:
+                progress(total)
+            if done < PURGE_BATCH:
+                return total
+
+
+def select_filtered(
+    ctx: Context,
+    columns: Sequence[Any],
+    *,
+    user: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> tuple[Select[Any], ColumnElement[str]] | None:
+    """``columns`` over the conversations ``ctx`` sees that pass the filters, and the id
+    column to order by; ``None`` when a view's user rules ``user`` out.
+
+    ``since``/``until`` (aware) keep those last changed at or after / before them. The
+    first metadata equality is a join, so the planner can start from the metadata index
+    (key, digest, conversation_id) when it is selective; ordered by that index's id, a
+    page by id needs no sort at all (SQLite never turns a correlated EXISTS into a join).
+    """
+    since, until = _aware(since, "since"), _aware(until, "until")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise TypeError("metadata must be a mapping of keys to values")
+    conds, driver = metadata_filter(metadata) if metadata else ([], None)
+    if not ctx.sees(user):
+        return None
+    stmt = select(*columns)
+    id_key: ColumnElement[str] = _conv.c.id
+    if driver is not None:
+        md0, on = driver
+        stmt = stmt.select_from(_conv.join(md0, on))
+        id_key = md0.c.conversation_id
+    else:
+        stmt = stmt.select_from(_conv)
+    scope = ctx.scope(user)
+    if scope is not None:
+        stmt = stmt.where(scope)
+    if since is not None:
+        stmt = stmt.where(_conv.c.updated_at >= since)
+    if until is not None:
+        stmt = stmt.where(_conv.c.updated_at < until)
+    return stmt.where(*conds), id_key
+
+
+def select_ids(
+    ctx: Context,
+    *,
+    user: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+    order: Order = "id",
+    descending: bool = False,
+) -> Select[Any] | None:
+    """The page of ids ``Store.conversations`` returns (see ``select_filtered``):
+    ordered by ``order`` with ties broken by id, every order served by an index."""
+    limit = _rules.argument(limit, "limit")
+    offset = _rules.argument(offset, "offset", allow_none=False) or 0
+    if order not in ("id", "created", "updated"):
+        raise ValueError("order must be 'id', 'created' or 'updated'")
+    found = select_filtered(
+        ctx, [_conv.c.id], user=user, metadata=metadata, since=since, until=until
+    )
+    if found is None:
+        return None
+    stmt, id_key = found
+    keys = {
+        "id": [id_key],
+        "created": [_conv.c.created_at, id_key],
+        "updated": [_conv.c.updated_at, id_key],
+    }[order]
+    stmt = stmt.order_by(*(k.desc() if descending else k.asc() for k in keys))
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    if offset:
+        stmt = stmt.offset(offset)
+    return stmt
+
+
+def _aware(value: object, name: str) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} must be a datetime or None")
+    if value.tzinfo is None:
+        raise ValueError(f"{name} must be an aware datetime (with a time zone)")
+    return value
+
+
+def metadata_filter(
+    metadata: Mapping[str, Any],
+) -> tuple[list[ColumnElement[bool]], tuple[Any, ColumnElement[bool]] | None]:
+    """Conditions for a metadata filter, and the first equality as a join.
+
+    Returns ``(conditions, (alias, on_clause) | None)``.
+    """
+    md = s.metadata_entries
+    conds: list[ColumnElement[bool]] = []
+    driver: tuple[Any, ColumnElement[bool]] | None = None
+    for k, v in metadata.items():
+        key = _rules.metadata_key_digest(k)
+        if v is None:
+            conds.append(
+                ~exists().where(md.c.conversation_id == _conv.c.id, md.c.key_digest == key)
+            )
+            continue
+        _codec.encode(v, what="metadata value")
+        digest = _codec.canonical_digest(v)
+        if driver is None:
+            md0 = md.alias("m0")
+            on = and_(
+                md0.c.conversation_id == _conv.c.id,
+                md0.c.key_digest == key,
+                md0.c.digest == digest,
+            )
+            driver = (md0, on)
+            continue
+        conds.append(
+            exists().where(
+                md.c.key_digest == key, md.c.digest == digest, md.c.conversation_id == _conv.c.id
+            )
+        )
+    return conds, driver

@@ -1,0 +1,383 @@
+"""Search by meaning (SPEC 12): the caller's embeddings of messages, kept in
+``histstore_vectors`` and ranked by exact cosine similarity.
+
+A message is embedded from its ``search_text`` (``_core.search_text.indexed_text``); one without
+text gets no vector. A vector is stored unit-normalized as float32 little-endian bytes
+(4 a dimension), keyed by (conversation, position, model). The database deletes a
+message's vectors with the message, so a vector always belongs to the message now at
+its place, with the text it was made from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import importlib.util
+import math
+import operator
+import sqlite3
+import sys
+from array import array
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Integer,
+    LargeBinary,
+    Text,
+    bindparam,
+    cast,
+    delete,
+    exists,
+    func,
+    select,
+    text,
+    tuple_,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .._core import rules as _rules
+from .._core.ids import validate_id
+from .._core.models import Message
+from .._core.search_text import Hit
+from .._errors import InvalidMessage
+from .._storage import schema as s
+from .._storage.drivers import EXECUTE, FETCH, Program
+from .._storage.statements import dialects as _dialects
+from .._store import Store
+from .context import Context
+
+__all__ = ["Embed", "SemanticIndex"]
+
+Embed = Callable[[list[str]], Awaitable[Sequence[Sequence[float]]]]
+
+_LITTLE = sys.byteorder == "little"
+_OFF_LOOP = 2000  # rank this many vectors or more in a worker thread
+_READ_CHUNK = 500  # (conversation, position) pairs per message read
+
+
+class SemanticIndex:
+    """A store's message vectors for one embedding ``model``, and search by them.
+
+    ``embed`` is ``async (list[str]) -> list[list[float]]``; ``model`` names it (each
+    model has vectors of its own). Over a scoped view the index embeds, searches and
+    deletes only that user's conversations. What ``embed`` returns must be one vector per
+    text, each a non-empty list of finite numbers, not all zero, all of the dimension of
+    the vectors stored for ``model``: else ``InvalidMessage``, and nothing is stored.
+
+    ``approximate=True`` looks for a vector index of the database (``vector_index``) at
+    the first update or search. Ranking is exact in every case so far, so results are
+    those of ``approximate=False``.
+
+    Raises:
+        TypeError: ``store`` is not a ``Store``, ``embed`` not callable, or
+            ``approximate`` not a bool.
+        InvalidId: ``model`` breaks the id rules (a str of 1 to 255 characters...).
+    """
+
+    def __init__(
+        self, store: Store, embed: Embed, *, model: str, approximate: bool = False
+    ) -> None:
+        if not isinstance(store, Store):
+            raise TypeError("SemanticIndex takes a histstore Store")
+        if not callable(embed):
+            raise TypeError("embed must be an async callable")
+        if not isinstance(approximate, bool):
+            raise TypeError("approximate must be a bool")
+        self._ctx: Context = store._ctx
+        self._embed = embed
+        self._model = validate_id(model, what="model")
+        self._checked = not approximate
+        self._vector_index: str | None = None
+        self._sql = _Statements(self._ctx)
+
+    @property
+    def model(self) -> str:
+        """The name of the embedding model the vectors come from."""
+        return self._model
+
+    @property
+    def vector_index(self) -> str | None:
+        """The vector index the database offers: ``"pgvector"``, ``"sqlite-vec"`` or
+        ``None``. Looked up at the first update or search of an index made with
+        ``approximate=True``; ``None`` before that, and always without ``approximate``."""
+        return self._vector_index
+
+    async def update(self, conversation: str | None = None, *, batch: int = 64) -> int:
+        """Embed the messages with text and no vector for ``model``, in ``conversation``
+        or every visible one; returns how many vectors it stored.
+
+        Messages go in (conversation, position) order, ``batch`` texts a call of
+        ``embed``, which runs outside any transaction; each batch's vectors are then
+        committed in a transaction of their own, so an interrupted update keeps the
+        finished batches and a rerun embeds only the rest. A vector is stored only while
+        its message holds the text it was made from, and not when another update stored
+        it first. What ``embed`` raises propagates.
+
+        Raises:
+            InvalidId: a malformed ``conversation``.
+            TypeError, ValueError: ``batch`` is not a positive int.
+            InvalidMessage: what ``embed`` returned is not valid (see the class).
+        """
+        if conversation is not None:
+            validate_id(conversation)
+        size = _rules.positive(batch, "batch")
+        await self._check_index()
+        ctx, sql = self._ctx, self._sql
+        if conversation is None:
+            page, params = sql.pending_all, {"after_c": "", "after": -1}
+        else:
+            page, params = sql.pending_one, {"c": conversation, "after": -1}
+        params |= {"model": self._model, "owner": ctx.owner, "limit": size}
+        stored = 0
+        while True:
+            rows = await ctx.executor.fetch(
+                page, params, action="semantic update", conversation=conversation
+            )
+            if not rows:
+                return stored
+            texts = [str(r[2]) for r in rows]
+            blobs = [_bytes(v) for v in await self._vectors(texts)]
+            stored += await ctx.executor.write(
+                self._store(rows, blobs), action="semantic update", conversation=conversation
+            )
+            params |= {"after_c": rows[-1][0], "after": rows[-1][1]}
+            if len(rows) < size:
+                return stored
+
+    def _store(self, rows: Sequence[Any], blobs: list[bytes]) -> Program[int]:
+        sql = self._sql
+        found = yield FETCH, sql.width, {"model": self._model}
+        if found and int(found[0][0]) != len(blobs[0]):
+            raise _dimensions(self._model, int(found[0][0]) // 4, len(blobs[0]) // 4)
+        stored = 0
+        for (c, p, text_), blob in zip(rows, blobs, strict=True):
+            params = {"c": c, "p": p, "text": text_, "model": self._model, "vector": blob}
+            stored += len((yield FETCH, sql.insert, {**params, "owner": self._ctx.owner}))
+        return stored
+
+    async def search(self, query: str, *, conversation: str | None = None, k: int = 5) -> list[Hit]:
+        """The ``k`` messages most similar to ``query`` by cosine similarity (``score``),
+        best first, ties by (conversation, position); with ``conversation`` only its
+        vectors are read. One call ``embed([query])``; every candidate is compared
+        (exact); vectors and messages are read in one snapshot.
+
+        Raises:
+            InvalidId: a malformed ``conversation``.
+            TypeError, ValueError: ``k`` is not a positive int.
+            InvalidMessage: ``query`` is blank or not a str, what ``embed`` returned is
+                not valid, or stored vectors have another dimension than the query's.
+        """
+        if conversation is not None:
+            validate_id(conversation)
+        top = _rules.positive(k, "k")
+        if not isinstance(query, str) or not query.strip():
+            raise InvalidMessage("a semantic query is a str with some text")
+        self._ctx.executor.check()
+        await self._check_index()
+        (unit,) = await self._vectors([query])
+        probe = array("d", unit)
+        v, cv = s.vectors, s.conversations
+        stmt = select(v.c.conversation_id, v.c.position, v.c.vector).where(v.c.model == self._model)
+        if conversation is not None:
+            stmt = stmt.where(v.c.conversation_id == conversation)
+        if self._ctx.owner is not None:
+            stmt = stmt.join(cv, cv.c.id == v.c.conversation_id).where(
+                cv.c.owner == self._ctx.owner
+            )
+
+        async def work(conn: AsyncConnection) -> list[Hit]:
+            rows = (await conn.execute(stmt)).all()
+            if len(rows) >= _OFF_LOOP:
+                best = await asyncio.to_thread(_rank, self._model, probe, rows, top)
+            else:
+                best = _rank(self._model, probe, rows, top)
+            found = await _messages(conn, [(c, p) for _, c, p in best])
+            return [
+                Hit(c, p, found[c, p], min(1.0, max(-1.0, score)))
+                for score, c, p in best
+                if (c, p) in found
+            ]
+
+        return await self._ctx.executor.run(
+            work, mode="snapshot", action="semantic search", conversation=conversation
+        )
+
+    async def delete(self, conversation: str) -> None:
+        """Drop ``conversation``'s vectors for ``model`` (a later ``update`` embeds it
+        again); nothing happens for an unknown one. Raises ``InvalidId`` for a bad id."""
+        validate_id(conversation)
+        params = self._ctx.params(conversation, model=self._model)
+
+        def program() -> Program[None]:
+            yield EXECUTE, self._sql.delete, params
+            return None
+
+        await self._ctx.executor.write(
+            program(), action="semantic delete", conversation=conversation
+        )
+
+    async def _vectors(self, texts: list[str]) -> list[array[float]]:
+        """The embedder's vectors for ``texts``, checked and unit-normalized."""
+        out = await self._embed(list(texts))
+        if isinstance(out, (str, bytes, Mapping)) or not isinstance(out, Iterable):
+            raise InvalidMessage("the embedder must return a list of vectors")
+        given = list(out)
+        if len(given) != len(texts):
+            raise InvalidMessage(f"the embedder returned {len(given)} vectors for {len(texts)}")
+        vectors = [_unit(v) for v in given]
+        if len({len(v) for v in vectors}) > 1:
+            raise InvalidMessage("the embedder returned vectors of several dimensions")
+        return vectors
+
+    async def _check_index(self) -> None:
+        if self._checked:
+            return
+        if self._ctx.executor.dialect.name == "postgresql":
+
+            async def work(conn: AsyncConnection) -> bool:
+                found = await conn.execute(text(_PGVECTOR))
+                return found.first() is not None
+
+            found = await self._ctx.executor.run(work, mode="read", action="semantic index")
+            self._vector_index = "pgvector" if found else None
+        elif hasattr(sqlite3.Connection, "enable_load_extension"):  # sqlite3 built with it
+            has_vec = importlib.util.find_spec("sqlite_vec") is not None
+            self._vector_index = "sqlite-vec" if has_vec else None
+        self._checked = True
+
+
+_PGVECTOR = "SELECT 1 FROM pg_extension WHERE extname = 'vector'"
+
+
+class _Statements:
+    """The index's compiled statements (params ``c``, ``model``, ``owner``, ...)."""
+
+    def __init__(self, ctx: Context) -> None:
+        m, v, cv = s.messages, s.vectors, s.conversations
+        compile_ = ctx.executor.compile
+        scoped = ctx.owner is not None
+        c = bindparam("c", type_=m.c.conversation_id.type)
+        model = bindparam("model", type_=v.c.model.type)
+        owner = bindparam("owner", type_=cv.c.owner.type)
+        after = bindparam("after", type_=BigInteger)
+
+        def owned(column: ColumnElement[str], *more: ColumnElement[bool]) -> ColumnElement[bool]:
+            return exists().where(cv.c.id == column, cv.c.owner == owner, *more)
+
+        # Messages with text and no vector yet, after a (conversation, position) cursor,
+        # in key order. A view bounds its owner's conversations by the cursor too, so
+        # that a walk starting from them (Postgres may) starts at the cursor.
+        todo = [
+            m.c.search_text.is_not(None),
+            ~exists().where(
+                v.c.conversation_id == m.c.conversation_id,
+                v.c.position == m.c.position,
+                v.c.model == model,
+            ),
+        ]
+        after_c = bindparam("after_c", type_=m.c.conversation_id.type)
+        walk = [*todo, tuple_(m.c.conversation_id, m.c.position) > tuple_(after_c, after)]
+        one = [*todo, m.c.conversation_id == c, m.c.position > after]
+        if scoped:
+            walk.append(owned(m.c.conversation_id, cv.c.id >= after_c))
+            one.append(owned(m.c.conversation_id))
+        cols = (m.c.conversation_id, m.c.position, m.c.search_text)
+        limit = bindparam("limit", type_=Integer)
+        self.pending_all = compile_(
+            select(*cols).where(*walk).order_by(m.c.conversation_id, m.c.position).limit(limit)
+        )
+        self.pending_one = compile_(select(*cols).where(*one).order_by(m.c.position).limit(limit))
+        # Stores a vector only while its message holds the text it was made from. On
+        # Postgres the message row is locked (FOR KEY SHARE) so that a concurrent delete
+        # either comes first (nothing stored) or waits for this commit (and cascades).
+        source = select(
+            m.c.conversation_id,
+            m.c.position,
+            cast(model, v.c.model.type),
+            cast(bindparam("vector", type_=LargeBinary), LargeBinary),
+        ).where(
+            m.c.conversation_id == c,
+            m.c.position == bindparam("p", type_=BigInteger),
+            m.c.search_text == bindparam("text", type_=Text),
+        )
+        if scoped:
+            source = source.where(owned(m.c.conversation_id))
+        source = source.with_for_update(read=True, key_share=True)
+        self.insert = compile_(
+            _dialects.insert(ctx.executor.dialect, v)
+            .from_select(["conversation_id", "position", "model", "vector"], source)
+            .on_conflict_do_nothing(index_elements=[v.c.conversation_id, v.c.position, v.c.model])
+            .returning(v.c.position)
+        )
+        # The bytes of a vector of the model (4 times its dimension).
+        self.width = compile_(select(func.length(v.c.vector)).where(v.c.model == model).limit(1))
+        drop = delete(v).where(v.c.conversation_id == c, v.c.model == model)
+        if scoped:
+            drop = drop.where(owned(c))
+        self.delete = compile_(drop)
+
+
+def _unit(values: object) -> array[float]:
+    """``values`` as a unit vector of float32 (``InvalidMessage`` when it cannot be)."""
+    if isinstance(values, (str, bytes, bytearray, Mapping)):
+        raise InvalidMessage("an embedding must be a list of numbers")
+    try:
+        raw = array("d", values)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidMessage("an embedding must be a list of numbers") from None
+    if not raw:
+        raise InvalidMessage("an embedding must not be empty")
+    if not all(map(math.isfinite, raw)):
+        raise InvalidMessage("an embedding must hold finite numbers only")
+    scale = max(map(abs, raw))
+    if scale == 0:
+        raise InvalidMessage("an embedding must not be all zeros")
+    scaled = [x / scale for x in raw]
+    norm = math.hypot(*scaled)
+    return array("f", [x / norm for x in scaled])
+
+
+def _bytes(unit: array[float]) -> bytes:
+    if not _LITTLE:
+        unit = array("f", unit)
+        unit.byteswap()
+    return unit.tobytes()
+
+
+def _dimensions(model: str, stored: int, given: int) -> InvalidMessage:
+    return InvalidMessage(f"vectors of model {model!r} have {stored} dimensions, not {given}")
+
+
+def _rank(
+    model: str, probe: array[float], rows: Iterable[Any], k: int
+) -> list[tuple[float, str, int]]:
+    """The ``k`` best (score, conversation, position) of ``rows`` against ``probe``."""
+    width = 4 * len(probe)
+    mul = operator.mul
+
+    def scores() -> Iterable[tuple[float, str, int]]:
+        for c, p, blob in rows:
+            if len(blob) != width:
+                raise _dimensions(model, len(blob) // 4, len(probe))
+            vector = array("f")
+            vector.frombytes(blob)
+            if not _LITTLE:
+                vector.byteswap()
+            yield sum(map(mul, probe, vector)), c, int(p)
+
+    return heapq.nsmallest(k, scores(), key=lambda t: (-t[0], t[1], t[2]))
+
+
+async def _messages(conn: AsyncConnection, keys: list[tuple[str, int]]) -> dict[Any, Message]:
+    """The stored messages at ``keys``, by key."""
+    m = s.messages
+    found: dict[Any, Message] = {}
+    for i in range(0, len(keys), _READ_CHUNK):
+        where = tuple_(m.c.conversation_id, m.c.position).in_(keys[i : i + _READ_CHUNK])
+        stmt = select(m.c.conversation_id, m.c.position, m.c.data, m.c.created_at).where(where)
+        for c, p, data, created_at in await conn.execute(stmt):
+            found[c, int(p)] = Message._stored(data, int(p), created_at)
+    return found

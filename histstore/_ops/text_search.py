@@ -1,0 +1,78 @@
+"""Text search over stored messages, served by the database's full-text index."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .._core import rules as _rules
+from .._core.ids import validate_id
+from .._core.models import Message
+from .._core.search_text import Hit, indexed_text, parse_query
+from .._storage.drivers import EXECUTE_MANY, FETCH, Program
+from .._storage.statements import dialects as _dialects
+from .context import Context
+
+__all__ = ["TextSearch"]
+
+
+class TextSearch:
+    """``Store.search`` (see there for the contract)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+
+    async def search(self, query: str, conversation: str | None, limit: int) -> list[Hit]:
+        terms = parse_query(query)
+        if conversation is not None:
+            validate_id(conversation)
+        n = _rules.argument(limit, "limit", allow_none=False)
+        ctx = self._ctx
+        # A term without a letter or digit holds no word the index keeps: it is left
+        # out, as punctuation between words is.
+        terms = [t for t in terms if any(ch.isalnum() for ch in t)]
+        if n == 0 or not terms:
+            ctx.executor.check()
+            return []
+        params = ctx.params(
+            conversation or "",
+            q=_dialects.search_terms(ctx.executor.driver.dialect, terms),
+            limit=n,
+        )
+        stmt = ctx.sql.search[conversation is not None]
+        rows = await ctx.executor.fetch(stmt, params, action="search", conversation=conversation)
+        convert = ctx.sql.created_at
+        return [
+            Hit(r[0], int(r[1]), Message._stored(r[2], int(r[1]), r[3], convert), float(r[4]))
+            for r in rows
+        ]
+
+    async def reindex(self, batch: int, progress: Callable[[int], None] | None = None) -> int:
+        """Make every visible message's indexed text what ``indexed_text`` gives now,
+        ``batch`` messages per transaction; returns how many changed. ``progress(messages
+        read so far)`` after every batch."""
+        _rules.positive(batch, "batch")
+        ctx = self._ctx
+        sql = ctx.sql
+        changed = read = 0
+
+        def page(after: tuple[str, int]) -> Program[tuple[int, int, tuple[str, int] | None]]:
+            params = {"after_c": after[0], "after_p": after[1], "limit": batch, "owner": ctx.owner}
+            rows = yield FETCH, sql.reindex_page, params
+            updates = []
+            for cid, position, data, stored in rows:
+                text = indexed_text(Message._stored(data, None, None))
+                if text != stored:
+                    updates.append({"c_": cid, "p_": position, "t_": text})
+            if updates:
+                yield EXECUTE_MANY, sql.set_search_text, updates
+            last = (rows[-1][0], int(rows[-1][1])) if len(rows) == batch else None
+            return len(updates), len(rows), last
+
+        after: tuple[str, int] | None = ("", -1)  # before every id (ids are not empty)
+        while after is not None:
+            n, seen, after = await ctx.executor.write(page(after), action="reindex")
+            changed += n
+            read += seen
+            if progress is not None:
+                progress(read)
+        return changed

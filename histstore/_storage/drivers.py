@@ -1,0 +1,270 @@
+"""The seam to the drivers: compiled statements, programs, and how each driver runs them.
+
+A statement is a SQLAlchemy Core statement compiled once for the dialect
+(``CompiledStatement``); its values go through SQLAlchemy's own bind processors and are
+sent straight to the driver connection, one driver call per statement, without
+SQLAlchemy's execution layer (several hundred microseconds of Python a statement).
+
+A write transaction is a *program*: a generator that yields the statements to run (see
+``Step``) and receives each one's rows; it returns the transaction's value. Returning
+``Rollback(value)`` ends the transaction without committing. Every write of the store
+is written once as such a program, and each driver runs it its own way:
+
+* asyncpg awaits one protocol call per statement;
+* aiosqlite runs the whole program, from ``BEGIN IMMEDIATE`` to ``COMMIT``, in one trip
+  to the connection's thread (the thread hops cost more than the statements, and
+  SQLite's one write lock is then held only while SQLite works). That uses aiosqlite's
+  private ``Connection._execute`` and ``_conn``; when they are missing (a future
+  aiosqlite), the program runs through aiosqlite's public calls instead: slower, never
+  broken. Nothing outside this module and the two driver modules (``_storage.sqlite_driver``,
+``_storage.pg_driver``) touches a driver or SQLAlchemy internals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import ClauseElement, Executable
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.types import TypeEngine
+
+__all__ = [
+    "EXECUTE",
+    "EXECUTE_MANY",
+    "FETCH",
+    "CompiledStatement",
+    "Driver",
+    "Phase",
+    "Program",
+    "Rollback",
+    "Step",
+    "for_dialect",
+]
+
+T = TypeVar("T")
+
+Processor = Callable[[Any], Any] | None
+Memo = dict[tuple[int, int], Any]
+"""Converted bind values by (processor, value) identity, shared within one transaction."""
+
+FETCH, EXECUTE, EXECUTE_MANY = "fetch", "execute", "execute_many"
+Step = tuple[str, "CompiledStatement", Any]
+"""One statement of a program: ``(FETCH, stmt, params)`` sends back the rows,
+``(EXECUTE, stmt, params)`` sends back ``None``, ``(EXECUTE_MANY, stmt, [params, ...])``
+runs the statement once per parameter mapping and sends back ``None``."""
+
+
+@dataclass(frozen=True)
+class Rollback(Generic[T]):
+    """What a program returns to end its transaction without committing."""
+
+    value: T
+
+
+Program = Generator[Step, Any, "T | Rollback[T]"]
+"""A transaction's statements; what it returns is committed (see ``Rollback``). An
+exception it raises rolls the transaction back and propagates."""
+
+
+class Phase:
+    """Where a transaction is: ``body``, then ``commit`` while COMMIT is under way, then
+    ``done``. A failure in the commit phase leaves the outcome unknown."""
+
+    __slots__ = ("name",)
+
+    def __init__(self) -> None:
+        self.name = "body"
+
+
+class CompiledStatement:
+    """A Core statement compiled for one dialect, with its parameter order and processors."""
+
+    def __init__(self, stmt: ClauseElement, dialect: Dialect, schema: str | None = None) -> None:
+        placed: dict[str, Any] = {}
+        if schema is not None:
+            placed = {"schema_translate_map": {None: schema}, "render_schema_translate": True}
+        compiled = stmt.compile(dialect=dialect, **placed)
+        assert isinstance(compiled, SQLCompiler)
+        assert isinstance(stmt, Executable)
+        self.statement = stmt
+        """The Core statement, for running it through SQLAlchemy with the same params."""
+        self.sql = str(compiled)
+        names = list(compiled.positiontup or ())
+        # (name, processor, value the statement itself gives, e.g. SQLite's OFFSET 0)
+        self._binds: list[tuple[str, Processor, Any]] = [
+            (
+                name,
+                _processor(compiled.binds[name].type, dialect, bind=True),
+                compiled.binds[name].value,
+            )
+            for name in names
+        ]
+
+    def args(self, params: Mapping[str, Any], memo: Memo | None = None) -> list[Any]:
+        """The positional arguments for ``params`` (a mapping of bind names to values).
+
+        ``memo`` shares converted values between calls (the statements and rows of one
+        write repeat the same timestamp, whose conversion is the costly one on SQLite);
+        the values it was filled from must outlive it.
+        """
+        if memo is None:
+            memo = {}
+        out = []
+        for name, proc, default in self._binds:
+            value = params.get(name, default)
+            if proc is None or value is None:
+                out.append(value)
+                continue
+            key = (id(proc), id(value))
+            if key not in memo:
+                memo[key] = proc(value)
+            out.append(memo[key])
+        return out
+
+
+def _processor(type_: TypeEngine[Any], dialect: Dialect, *, bind: bool) -> Processor:
+    impl = type_.dialect_impl(dialect)
+    if bind:
+        return impl.bind_processor(dialect)
+    return impl.result_processor(dialect, None)
+
+
+class _Running(Generic[T]):
+    """Iterates over a program's steps; set ``rows`` to what a step returned (it is sent
+    back with the next step, ``None`` otherwise). ``value``: what the program returned."""
+
+    def __init__(self, program: Program[T]) -> None:
+        self._program = program
+        self.rows: Any = None
+        self.value: T | Rollback[T] | None = None
+
+    def __iter__(self) -> _Running[T]:
+        return self
+
+    def __next__(self) -> Step:
+        rows, self.rows = self.rows, None
+        try:
+            return self._program.send(rows)
+        except StopIteration as stop:
+            self.value = stop.value
+            raise StopIteration from None
+
+
+class Driver:
+    """Runs compiled statements and programs on one kind of driver connection."""
+
+    begin_sql = "BEGIN"
+    snapshot_sql = "BEGIN"
+    """How a transaction of reads that must agree begins (see ``run``'s ``snapshot``)."""
+
+    def __init__(self, dialect: Dialect, schema: str | None = None) -> None:
+        self.dialect = dialect
+        self.schema = schema
+
+    def compile(self, stmt: ClauseElement) -> CompiledStatement:
+        """Compile a statement for this driver's dialect (and the store's schema)."""
+        return CompiledStatement(stmt, self.dialect, self.schema)
+
+    def result_processor(self, type_: TypeEngine[Any]) -> Processor:
+        """How a value of ``type_`` read by the driver becomes a Python value."""
+        return _processor(type_, self.dialect, bind=False)
+
+    async def execute_sql(self, conn: Any, sql: str) -> None:
+        """Run one statement without parameters (settings, BEGIN, ROLLBACK)."""
+        await conn.execute(sql)
+
+    async def fetch(
+        self,
+        conn: Any,
+        stmt: CompiledStatement,
+        params: Mapping[str, Any],
+        memo: Memo | None = None,
+    ) -> Sequence[Any]:
+        """Run a statement that returns rows; all of them."""
+        raise NotImplementedError
+
+    async def execute(
+        self, conn: Any, stmt: CompiledStatement, params: Any, many: bool, memo: Memo
+    ) -> None:
+        """Run a statement without rows, once or (``many``) once per parameter mapping."""
+        raise NotImplementedError
+
+    def in_transaction(self, conn: Any) -> bool:
+        """Whether a transaction is open; raises when the connection is gone."""
+        return bool(conn.in_transaction)
+
+    def closed(self, conn: Any) -> bool:
+        """Whether the driver already knows the connection is gone (no round trip)."""
+        return False
+
+    async def run(
+        self,
+        conn: Any,
+        program: Program[T],
+        phase: Phase,
+        *,
+        begin: bool,
+        end: bool,
+        snapshot: bool = False,
+    ) -> T | Rollback[T]:
+        """Run ``program``; with ``begin`` open the transaction first, with ``end`` commit
+        it after (or roll it back for a ``Rollback``). On an exception the transaction
+        is rolled back when the connection still answers, and the exception propagates.
+        With ``snapshot`` the transaction only reads, from one snapshot, taking no write
+        lock (``snapshot_sql``).
+        """
+        memo: Memo = {}
+        running = _Running(program)
+        if begin:
+            await self.execute_sql(conn, self.snapshot_sql if snapshot else self.begin_sql)
+        try:
+            for kind, stmt, params in running:
+                if kind == FETCH:
+                    running.rows = await self.fetch(conn, stmt, params, memo)
+                else:
+                    await self.execute(conn, stmt, params, kind == EXECUTE_MANY, memo)
+        except BaseException:
+            with suppress(Exception):
+                if self.in_transaction(conn):
+                    await self.execute_sql(conn, "ROLLBACK")
+            raise
+        value = running.value
+        if end:
+            await self.finish(conn, isinstance(value, Rollback), phase)
+        return value  # type: ignore[return-value]
+
+    async def finish(self, conn: Any, rollback: bool, phase: Phase) -> None:
+        """End the open transaction: roll back, or commit (moving ``phase`` along)."""
+        if rollback:
+            await self.execute_sql(conn, "ROLLBACK")
+            return
+        phase.name = "commit"
+        await self.execute_sql(conn, "COMMIT")
+        phase.name = "done"
+
+
+def for_dialect(dialect: Dialect, schema: str | None = None, *, pooled: bool = False) -> Driver:
+    """The driver seam for an engine's dialect; statements name ``schema`` when given.
+    ``pooled``: the engine reaches PostgreSQL through a transaction-mode pooler.
+
+    Raises:
+        ValueError: a driver histstore does not run on, or a schema on SQLite.
+    """
+    name, driver = dialect.name, getattr(dialect, "driver", "")
+    if name == "sqlite" and driver == "aiosqlite":
+        if schema is not None:
+            raise ValueError("schema= places the tables in a PostgreSQL schema; not on SQLite")
+        from . import sqlite_driver as _sqlite_driver
+
+        return _sqlite_driver.SqliteDriver(dialect, _sqlite_driver.aiosqlite_one_trip())
+    if name == "postgresql" and driver == "asyncpg":
+        from .pg_driver import PostgresDriver
+
+        return PostgresDriver(dialect, schema, pooled)
+    raise ValueError(
+        f"histstore runs on sqlite+aiosqlite and postgresql+asyncpg, not {name}+{driver}"
+    )

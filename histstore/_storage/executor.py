@@ -1,0 +1,448 @@
+"""The executor: the one way the store reaches its database.
+
+It owns the connections a store uses (taken from the engine's pool and kept between
+calls, see ``ConnectionCache``), runs statements and programs on them through the
+driver seam (``_storage.drivers``), runs SQLAlchemy Core work for the reads that are not on the
+hot path, finishes every transaction it starts even when the caller is cancelled, and
+translates every database error (``_storage.dberrors``). It also holds the store's lifecycle: a
+closed executor, or one called from an event loop other than its own, refuses work with
+a ``HistStoreError`` before touching a connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.sql import ClauseElement
+from sqlalchemy.util import greenlet_spawn
+
+from .._errors import HistStoreError
+from .connections import ConnectionCache
+from .dberrors import DATABASE_ERRORS, DatabaseFailure, connection_lost, failure, not_committed
+from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_dialect
+from .engine import SETTINGS_OPTION, SETUP_KEY, SqliteSettings, is_memory_url, sqlite_setup
+from .statements import dialects as _dialects
+
+__all__ = ["Executor", "Transaction", "run_to_completion"]
+
+T = TypeVar("T")
+
+_MAX_STALE = 64
+"""Connections found closed that one call drops before it takes whatever comes."""
+
+
+async def run_to_completion(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` in its own task; if the caller is cancelled, finish it first.
+
+    A transaction interrupted half way can leave a connection in an unknown state (the
+    pool then throws it away, and with it an in-memory database) or, on Postgres, a
+    session idle in transaction. So the work runs to its end (commit or rollback), and
+    only then does the caller see its ``CancelledError``.
+    """
+    task = asyncio.ensure_future(coro)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                continue  # cancelled again while waiting: keep waiting
+            except BaseException:  # noqa: BLE001 - its outcome is read below
+                break
+        if not task.cancelled():
+            task.exception()  # mark it retrieved; the cancellation wins
+        raise
+
+
+class Transaction:
+    """A write transaction that runs several programs, one after another (import)."""
+
+    def __init__(self, executor: Executor, conn: Any, action: str) -> None:
+        self._executor = executor
+        self._conn = conn
+        self._action = action
+        self._begun = False
+        self.phase = Phase()
+
+    async def run(self, program: Program[T], *, conversation: str | None = None) -> T:
+        """Run ``program`` inside the transaction (a ``Rollback`` value is an error here)."""
+        begin, self._begun = not self._begun, True
+        value = await self._executor.driver.run(
+            self._conn, program, self.phase, begin=begin, end=False
+        )
+        if isinstance(value, Rollback):
+            raise HistStoreError("a program asked to roll back a shared transaction")
+        return value
+
+    async def commit(self) -> None:
+        """Commit what the programs did (nothing to do when none ran)."""
+        if self._begun:
+            await self._executor.driver.finish(self._conn, False, self.phase)
+            self._begun = False
+
+
+class Executor:
+    """Runs a store's statements, programs and Core work on its engine (see module doc).
+
+    Shared by a store and its scoped views: closing it closes them all.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        sqlite: SqliteSettings | None,
+        schema: str | None = None,
+        *,
+        read_only: bool = False,
+        pooled: bool = False,
+    ) -> None:
+        self.dialect = engine.dialect
+        self.read_only = read_only
+        """Every write transaction is refused (``connect(read_only=True)``)."""
+        self.driver: Driver = for_dialect(engine.dialect, schema, pooled=pooled)
+        self._base_engine = engine
+        if schema is not None:
+            # Core work names the schema through SQLAlchemy's translate map; compiled
+            # statements carry it already (see ``_storage.drivers``).
+            engine = engine.execution_options(schema_translate_map={None: schema})
+        self.engine = engine
+        """The engine (with the store's schema, when it has one)."""
+        self._sqlite = sqlite
+        self._cache = ConnectionCache.for_engine(engine)
+        self._in_memory = is_memory_url(engine.url)
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        with_settings: dict[str, Any] = {} if sqlite is None else {SETTINGS_OPTION: sqlite}
+        self._engines = {
+            mode: engine.execution_options(
+                **with_settings, **_dialects.mode_options(self.dialect, mode)
+            )
+            for mode in ("read", "snapshot", "write")
+        }
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
+        # SQLite has one write lock per file. Writers of this store queue for it here,
+        # first come first served, instead of sleeping in SQLite's busy handler (which
+        # retries with growing sleeps, so a writer can wait ~100 ms after the lock was
+        # free); other processes meet this store at the lock, which the one-trip
+        # program polls for (``_storage.sqlite_driver._take_write_lock``) up to the busy timeout. An
+        # in-memory database is one connection that the pool already hands out in turn.
+        self._gated = sqlite is not None and not self._in_memory
+        self._gate: asyncio.Lock | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
+
+    @property
+    def idle_connections(self) -> int:
+        """Connections kept for the next calls (checked out of the pool, unused)."""
+        return self._cache.idle
+
+    def refuse_writes(self, action: str, conversation: str | None) -> None:
+        """Raise ``DatabaseFailure`` (nothing done) when the store is read-only."""
+        if self.read_only:
+            where = f" conversation {conversation!r}" if conversation is not None else ""
+            raise DatabaseFailure(
+                f"{action}{where} refused: the store was opened with read_only=True"
+            )
+
+    def check(self) -> None:
+        """Refuse work on a closed store, or from another event loop than the store's."""
+        if self._closed:
+            raise HistStoreError("the store is closed")
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise HistStoreError(
+                "the store was opened on another event loop; open one store per event loop"
+            )
+
+    async def close(self, *, dispose: bool) -> None:
+        """Give every kept connection back; with ``dispose`` close the engine too."""
+        if self._closed:
+            return
+        self.check()
+        self._closed = True
+        await self._cache.close()
+        if dispose:
+            await self._base_engine.dispose()
+
+    def compile(self, stmt: ClauseElement) -> CompiledStatement:
+        """Compile a Core statement for this store's driver."""
+        return self.driver.compile(stmt)
+
+    # ------------------------------------------------------------------ connections
+
+    async def _checkout(self) -> PoolProxiedConnection:
+        """A connection from the cache or the pool that the driver does not know to be
+        gone: one the server closed while it was idle (a restart, an idle timeout) is
+        invalidated, so the pool opens a new one, before anything is sent on it.
+
+        The engine has no pre-ping (a round trip per call); a connection that dies
+        unnoticed fails its call with ``DatabaseFailure`` and is never reused.
+        """
+        for _ in range(_MAX_STALE):
+            raw = await self._cache.get()
+            conn = raw.driver_connection
+            if conn is None or not self.driver.closed(conn):
+                return raw
+            await greenlet_spawn(raw.invalidate)
+        return await self._cache.get()
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[Any]:
+        """A driver connection from the cache or the pool, given back after.
+
+        A connection whose state is unknown after an error, or that was lost, is
+        invalidated (the pool opens another) instead of being reused.
+        """
+        raw = await self._checkout()
+        healthy = False
+        try:
+            conn = raw.driver_connection
+            assert conn is not None
+            if self._sqlite is not None and raw.info.get(SETUP_KEY) != self._sqlite:
+                for sql in sqlite_setup(self._sqlite):
+                    await self.driver.execute_sql(conn, sql)
+                raw.info[SETUP_KEY] = self._sqlite
+            try:
+                yield conn
+            except HistStoreError:
+                healthy = True  # raised by a program; its transaction has ended
+                raise
+            except Exception as exc:
+                # A failed statement or a lost server: the transaction was rolled back if
+                # the connection still answers; else never give it back to the pool (nor
+                # one that failed as lost, e.g. its protocol in a state it cannot leave).
+                try:
+                    healthy = not self.driver.in_transaction(conn) and not connection_lost(exc)
+                except Exception:  # noqa: BLE001 - any failure here means "drop it"
+                    healthy = False
+                if not healthy:
+                    await greenlet_spawn(raw.invalidate)
+                raise
+            except BaseException:
+                # Cancelled half way through a driver call: its state is unknown.
+                await greenlet_spawn(raw.invalidate)
+                raise
+            healthy = True
+        finally:
+            if healthy:
+                await self._cache.put(raw)
+            else:
+                await greenlet_spawn(raw.close)
+
+    @asynccontextmanager
+    async def _writing(self, action: str, conversation: str | None) -> AsyncIterator[None]:
+        """Hold this store's SQLite write turn (nothing on Postgres; see ``__init__``).
+
+        Waiting longer than the busy timeout fails as SQLite's own busy wait would.
+        """
+        if not self._gated:
+            yield
+            return
+        if self._gate is None:
+            self._gate = asyncio.Lock()
+        assert self._sqlite is not None
+        try:
+            await asyncio.wait_for(self._gate.acquire(), self._sqlite.busy_timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            where = f" conversation {conversation!r}" if conversation is not None else ""
+            raise DatabaseFailure(
+                f"{action}{where} failed: database is locked (busy timeout: other writers of"
+                " this store held it)"
+            ) from None
+        try:
+            yield
+        finally:
+            self._gate.release()
+
+    # ------------------------------------------------------------------ running
+
+    async def fetch(
+        self,
+        stmt: CompiledStatement,
+        params: Mapping[str, Any],
+        *,
+        action: str,
+        conversation: str | None = None,
+    ) -> Sequence[Any]:
+        """Run one reading statement (atomic by itself: no transaction) and return its rows.
+
+        A cancelled read just loses its connection, except in memory, where that
+        connection is the database: there it runs to completion.
+
+        A read whose connection is lost while it runs (not while it is opened) runs
+        once more, on a new connection: it changes nothing, so that is safe, and a
+        connection that died unnoticed (the server restarted, a network device dropped
+        it) then costs no failure. A server that is down fails the second try too.
+        """
+        self.check()
+
+        async def run() -> Sequence[Any]:
+            for again in (True, False):
+                opened = False
+                try:
+                    async with self._connection() as conn:
+                        opened = True
+                        return await self.driver.fetch(conn, stmt, params)
+                except DATABASE_ERRORS as exc:
+                    if again and opened and connection_lost(exc):
+                        continue  # once more, on a new connection
+                    raise failure(action, conversation, exc, "body") from exc
+            raise AssertionError("unreachable")
+
+        return await (run_to_completion(run()) if self._in_memory else run())
+
+    async def write(
+        self,
+        program: Program[T],
+        *,
+        action: str,
+        conversation: str | None = None,
+        single: bool = False,
+    ) -> T:
+        """Run ``program`` as one write transaction, to its end even when cancelled.
+
+        Returns its value (committed, or rolled back for a ``Rollback``). A database
+        failure raises ``DatabaseFailure`` whose ``phase`` says whether the commit was
+        under way; what the program raises propagates after the rollback. With
+        ``single`` the program is one statement run as its own transaction (no BEGIN
+        and COMMIT round trips): a failure during it leaves the outcome unknown.
+        """
+        self.check()
+        self.refuse_writes(action, conversation)
+
+        async def run() -> T:
+            phase = Phase()
+            try:
+                async with self._connection() as conn:
+                    if single:
+                        phase.name = "commit"  # its own commit, from the moment it is sent
+                    value = await self.driver.run(
+                        conn, program, phase, begin=not single, end=not single
+                    )
+                phase.name = "done"
+            except DATABASE_ERRORS as exc:
+                # A server that answered with an error (a cancelled statement, a refused
+                # COMMIT) ended the transaction uncommitted, as did a statement the driver
+                # never sent: only a lost answer leaves the outcome unknown.
+                name = "body" if phase.name == "commit" and not_committed(exc) else phase.name
+                raise failure(action, conversation, exc, name) from exc
+            return value.value if isinstance(value, Rollback) else value
+
+        if single and not self._gated:
+            # One statement is its own transaction on the server: a cancellation during
+            # it leaves nothing half done (the connection, whose state is then unknown,
+            # is dropped), so it needs no task of its own to run it to the end.
+            return await run()
+        # Waiting for the write turn can be cancelled; the transaction, once begun, ends.
+        async with self._writing(action, conversation):
+            return await run_to_completion(run())
+
+    async def snapshot(
+        self, program: Program[T], *, action: str, conversation: str | None = None
+    ) -> T:
+        """Run ``program``, which only reads, in one snapshot transaction that takes no
+        write lock and is rolled back at its end; return its value."""
+        self.check()
+
+        async def run() -> T:
+            try:
+                async with self._connection() as conn:
+                    value = await self.driver.run(
+                        conn, _rolled_back(program), Phase(), begin=True, end=True, snapshot=True
+                    )
+            except DATABASE_ERRORS as exc:
+                raise failure(action, conversation, exc, "body") from exc
+            assert isinstance(value, Rollback)
+            return value.value
+
+        return await run_to_completion(run())
+
+    @asynccontextmanager
+    async def transaction(self, *, action: str) -> AsyncIterator[Transaction]:
+        """A write transaction for several programs; committed when the block ends
+        normally, rolled back when it raises. Not shielded from cancellation: the
+        connection of an interrupted transaction is dropped, never reused."""
+        self.check()
+        self.refuse_writes(action, None)
+        try:
+            async with self._writing(action, None), self._connection() as conn:
+                tx = Transaction(self, conn, action)
+                try:
+                    yield tx
+                except BaseException:
+                    if tx._begun:
+                        try:
+                            if self.driver.in_transaction(conn):
+                                await self.driver.execute_sql(conn, "ROLLBACK")
+                        except Exception:  # noqa: BLE001 - the connection is dropped
+                            raise ConnectionError("rollback failed") from None
+                    raise
+                await tx.commit()
+        except DATABASE_ERRORS as exc:
+            raise failure(action, None, exc, "body") from exc
+
+    async def run(
+        self,
+        work: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        mode: _dialects.Mode,
+        action: str,
+        conversation: str | None = None,
+    ) -> T:
+        """Run SQLAlchemy Core ``work`` in one transaction of ``mode`` (see
+        ``_storage.statements.dialects.mode_options``), to its end even when cancelled."""
+        self.check()
+        if mode == "write":
+            self.refuse_writes(action, conversation)
+        engine = self._engines[mode]
+
+        async def transaction() -> T:
+            try:
+                async with engine.begin() as conn:
+                    return await work(conn)
+            except HistStoreError:
+                raise
+            except DATABASE_ERRORS as exc:
+                raise failure(action, conversation, exc, "body") from exc
+
+        if mode != "write":
+            return await run_to_completion(transaction())
+        async with self._writing(action, conversation):
+            return await run_to_completion(transaction())
+
+    @asynccontextmanager
+    async def session(self, mode: _dialects.Mode, *, action: str) -> AsyncIterator[AsyncConnection]:
+        """A SQLAlchemy connection in one transaction of ``mode`` for streaming reads
+        (export); the transaction ends with the block."""
+        self.check()
+        if mode == "write":
+            self.refuse_writes(action, None)
+        try:
+            async with self._engines[mode].connect() as conn, conn.begin():
+                yield conn
+        except HistStoreError:
+            raise
+        except DATABASE_ERRORS as exc:
+            raise failure(action, None, exc, "body") from exc
+
+
+def _rolled_back(program: Program[T]) -> Program[T]:
+    """``program``, ending its transaction with a rollback whatever it returns."""
+    value = yield from program
+    return value if isinstance(value, Rollback) else Rollback(value)

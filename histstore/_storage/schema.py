@@ -1,0 +1,427 @@
+"""The tables, as one ``MetaData``. Alembic migrations create them; this module only describes.
+
+Every table is prefixed ``histstore_`` so it can live in a host application's database,
+and every primary key starts with the conversation id, so the schema can be distributed
+by conversation. JSON is kept as text: it round-trips exactly (key order, ``"\\u0000"``,
+large numbers) on both backends.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.types import TypeDecorator
+
+__all__ = [
+    "CONVERSATION_TABLES",
+    "FTS_TABLE",
+    "SEARCH_INDEX",
+    "SEARCH_VECTOR",
+    "VERSION_TABLE",
+    "asides",
+    "changes",
+    "checkpoint_blobs",
+    "checkpoint_channels",
+    "checkpoint_threads",
+    "checkpoint_writes",
+    "checkpoints",
+    "conversations",
+    "described",
+    "leases",
+    "list_items",
+    "lists",
+    "messages",
+    "metadata",
+    "metadata_entries",
+    "summaries",
+    "turns",
+    "vectors",
+    "writes",
+]
+
+VERSION_TABLE = "histstore_alembic_version"
+
+FTS_TABLE = "histstore_messages_fts"
+"""SQLite's full-text index of ``messages.search_text`` (an FTS5 table; its shadow
+tables are named after it)."""
+SEARCH_VECTOR = "search_vector"
+"""Postgres's generated column ``to_tsvector('simple', search_text)`` of messages."""
+SEARCH_INDEX = "ix_histstore_messages_search"
+"""Postgres's full-text index: GIN on ``search_vector``."""
+
+
+def described(name: str | None, type_: str) -> bool:
+    """Whether a histstore table, column or index is one this metadata describes: the
+    full-text index (an FTS5 table; a tsvector column and its GIN index) is made by its
+    migration alone, as it differs by database."""
+    if name is None:
+        return True
+    if type_ == "table":
+        return not name.startswith(FTS_TABLE)
+    if type_ == "column":
+        return name != SEARCH_VECTOR
+    if type_ == "index":
+        return name != SEARCH_INDEX
+    return True
+
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """An aware UTC ``datetime`` on every backend (SQLite keeps naive UTC text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)  # type: ignore[no-any-return]
+        return value.astimezone(timezone.utc)  # type: ignore[no-any-return]
+
+
+# Ids sort by code point everywhere: SQLite compares UTF-8 bytes by default; Postgres
+# needs the "C" collation for that (its default collation follows the locale).
+ID = String(255).with_variant(String(255, collation="C"), "postgresql")
+
+conversations = Table(
+    "histstore_conversations",
+    metadata,
+    Column("id", ID, nullable=False),
+    Column("owner", ID, nullable=True),
+    Column("system_prompt", Text, nullable=True),
+    # The number of messages: the next position handed out. Changed only under the
+    # conversation's write lock, so positions stay dense.
+    Column("length", BigInteger, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    # Editable history (SPEC 11), changed only under the same lock: the number of change
+    # records, the next entry id and aside id handed out (ids are never given twice),
+    # and why the model's owed answer is left unasked for (NULL: not halted; a write,
+    # a pop or an edit reaching the end clears it).
+    Column("revision", BigInteger, nullable=False, server_default=text("0")),
+    Column("next_entry", BigInteger, nullable=False, server_default=text("1")),
+    Column("next_aside", BigInteger, nullable=False, server_default=text("1")),
+    Column("halted", Text, nullable=True),
+    PrimaryKeyConstraint("id"),
+    Index(None, "created_at", "id"),
+    Index(None, "updated_at", "id"),
+    Index(None, "owner", "id"),
+    Index(None, "owner", "created_at", "id"),
+    Index(None, "owner", "updated_at", "id"),
+)
+
+messages = Table(
+    "histstore_messages",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("role", Text, nullable=True),
+    Column("data", Text, nullable=False),
+    Column("token_count", Integer, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    # What search finds the message by (``_core.search_text.indexed_text``), NULL when it has no
+    # text. The full-text index covers it: on SQLite the FTS5 table
+    # ``histstore_messages_fts`` (external content, kept by triggers), on Postgres the
+    # generated column ``search_vector`` and a GIN index on it. Neither is described
+    # here: both are the migration's (``_storage.statements.dialects`` holds the
+    # queries that use them).
+    Column("search_text", Text, nullable=True),
+    # The entry's stable id in its conversation (SPEC 11) and who edited it in (NULL
+    # for what ``write`` stores). No index: reads go by position.
+    Column("entry_id", BigInteger, nullable=False),
+    Column("author", Text, nullable=True),
+    PrimaryKeyConstraint("conversation_id", "position"),
+    # System messages are found without reading the history (WindowStore merges them).
+    Index(
+        "ix_histstore_messages_system",
+        "conversation_id",
+        "position",
+        sqlite_where=text("role = 'system'"),
+        postgresql_where=text("role = 'system'"),
+    ),
+    # Entries an editor made (a compaction's summary, a moderation edit) are found
+    # without reading the history; plain writes (author NULL) never touch this index.
+    Index(
+        "ix_histstore_messages_authored",
+        "conversation_id",
+        "position",
+        sqlite_where=text("author IS NOT NULL"),
+        postgresql_where=text("author IS NOT NULL"),
+    ),
+)
+
+# One row per stored batch: the batch's idempotency key (the caller's or one the store
+# made), where it went and a digest of its messages. A retried write finds it here.
+writes = Table(
+    "histstore_writes",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("key", ID, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("count", Integer, nullable=False),
+    Column("digest", String(64), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    # A batch that stored something is also the conversation's change record at
+    # ``revision``: it appended its last ``appended`` messages at the end. The entries
+    # it added are not copied here; ``_editable.change_log`` recovers them from the entries that
+    # followed. NULL for a batch that only confirmed messages already stored.
+    Column("revision", BigInteger, nullable=True),
+    Column("appended", Integer, nullable=True),
+    PrimaryKeyConstraint("conversation_id", "key"),
+)
+
+# Every other change record (SPEC 11): edits, pops, saves, fork targets, imports.
+# ``record`` is the change's JSON (``_editable.change_log.encode``): its parts with the
+# entries it removed in full and the entries it added only counted, as those are
+# recovered from what followed.
+changes = Table(
+    "histstore_changes",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("revision", BigInteger, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("author", Text, nullable=True),
+    Column("at", UTCDateTime, nullable=False),
+    Column("record", Text, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "revision"),
+)
+
+# A conversation's asides now: JSON values drawn after an entry (``after``; NULL: before
+# every entry); ``home`` is the entry it was put after, which it follows again when a
+# restore brings that entry back.
+asides = Table(
+    "histstore_asides",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("aside_id", BigInteger, nullable=False),
+    Column("after", BigInteger, nullable=True),
+    Column("home", BigInteger, nullable=True),
+    Column("value", Text, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "aside_id"),
+)
+
+# Turn records: a turn of model work from ``start`` (an entry id), how it ended and the
+# model's token usage (a JSON object with the four counts), NULL while open.
+turns = Table(
+    "histstore_turns",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("number", BigInteger, nullable=False),
+    Column("start", BigInteger, nullable=False),
+    Column("opened_at", UTCDateTime, nullable=False),
+    Column("end", Text, nullable=True),
+    Column("ended_at", UTCDateTime, nullable=True),
+    Column("usage", Text, nullable=True),
+    PrimaryKeyConstraint("conversation_id", "number"),
+)
+
+summaries = Table(
+    "histstore_summaries",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("start", BigInteger, nullable=False),
+    Column("end", BigInteger, nullable=False),
+    Column("content", Text, nullable=False),
+    Column("token_count", Integer, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "seq"),
+)
+
+# Metadata keys have no length limit, so the table is keyed by a digest of the key
+# rather than the key (which an index could not hold past a few kilobytes); ``key``
+# keeps the whole stored key (``_core.codec.key_to_stored``), sorting by code point.
+metadata_entries = Table(
+    "histstore_metadata",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("key", Text().with_variant(Text(collation="C"), "postgresql"), nullable=False),
+    # SHA-256 of the stored key (``_core.codec.key_digest``): what every lookup by key uses.
+    Column("key_digest", String(64), nullable=False),
+    Column("value", Text, nullable=False),
+    # SHA-256 of the value's canonical JSON: what metadata filters compare, by index.
+    Column("digest", String(64), nullable=False),
+    PrimaryKeyConstraint("conversation_id", "key_digest"),
+    Index(None, "key_digest", "digest", "conversation_id"),
+)
+
+lists = Table(
+    "histstore_lists",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("name", ID, nullable=False),
+    Column("length", BigInteger, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "name"),
+)
+
+list_items = Table(
+    "histstore_list_items",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("name", ID, nullable=False),
+    Column("idx", BigInteger, nullable=False),
+    # JSON text, or NULL when the item is ``bytes`` (kept in ``blob``).
+    Column("value", Text, nullable=True),
+    Column("blob", LargeBinary, nullable=True),
+    PrimaryKeyConstraint("conversation_id", "name", "idx"),
+)
+
+# Embeddings of messages for ``SemanticIndex``: one unit-length float32 vector (little
+# endian) per message and embedding model. Deleting a message deletes its vectors in
+# the same statement (Postgres: this foreign key; SQLite: a trigger), so a vector always
+# belongs to the message stored at its position now.
+vectors = Table(
+    "histstore_vectors",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("model", ID, nullable=False),
+    Column("vector", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "position", "model"),
+    ForeignKeyConstraint(
+        ["conversation_id", "position"],
+        [messages.c.conversation_id, messages.c.position],
+        ondelete="CASCADE",
+    ),
+    Index(None, "model", "conversation_id", "position"),
+)
+
+# Tables holding rows of a conversation, children first (clear deletes in this order).
+CONVERSATION_TABLES = (
+    vectors,
+    messages,
+    writes,
+    changes,
+    asides,
+    turns,
+    summaries,
+    metadata_entries,
+    list_items,
+    lists,
+)
+
+# Turn leases: who holds a conversation id for a turn, and until when. ``expires_at``
+# is seconds since the epoch by the database's clock (every holder, in any process,
+# compares against the same clock). A lease is about the id, not its contents: clear
+# and purge leave it, and it ends by release or expiry.
+leases = Table(
+    "histstore_leases",
+    metadata,
+    Column("id", ID, nullable=False),
+    Column("holder", String(64), nullable=False),
+    Column("expires_at", Float(precision=53), nullable=False),
+    PrimaryKeyConstraint("id"),
+)
+
+# LangGraph checkpoints (``histstore.checkpoints``, used by
+# ``histstore.integrations.langgraph``). Threads are their own namespace, apart from
+# conversations; every key starts with the thread id. ``checkpoint_ns`` is "" for the
+# root graph and a path such as "node:<task id>" for a subgraph.
+checkpoint_threads = Table(
+    "histstore_checkpoint_threads",
+    metadata,
+    Column("thread_id", ID, nullable=False),
+    Column("owner", ID, nullable=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("thread_id"),
+)
+
+checkpoints = Table(
+    "histstore_checkpoints",
+    metadata,
+    Column("thread_id", ID, nullable=False),
+    Column("checkpoint_ns", Text, nullable=False),
+    # LangGraph's ids sort in creation order; the newest is the last in the key.
+    Column("checkpoint_id", ID, nullable=False),
+    Column("parent_checkpoint_id", ID, nullable=True),
+    Column("run_id", Text, nullable=True),
+    # The serialized checkpoint (the serializer's type tag and bytes), without the
+    # channel values kept in ``checkpoint_blobs``.
+    Column("type", Text, nullable=False),
+    Column("checkpoint", LargeBinary, nullable=False),
+    Column("metadata", Text, nullable=False),  # JSON object
+    Column("created_at", UTCDateTime, nullable=False),
+    PrimaryKeyConstraint("thread_id", "checkpoint_ns", "checkpoint_id"),
+    Index(None, "run_id"),
+)
+
+# A channel's value at one version, shared by every checkpoint of the thread that holds
+# that version (a value is stored when it changes, not with every checkpoint).
+checkpoint_blobs = Table(
+    "histstore_checkpoint_blobs",
+    metadata,
+    Column("thread_id", ID, nullable=False),
+    Column("checkpoint_ns", Text, nullable=False),
+    Column("channel", Text, nullable=False),
+    Column("version", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("blob", LargeBinary, nullable=True),
+    PrimaryKeyConstraint("thread_id", "checkpoint_ns", "channel", "version"),
+)
+
+# Which version of each channel a checkpoint reads from ``checkpoint_blobs``, so that
+# one statement finds a checkpoint's values by primary key.
+checkpoint_channels = Table(
+    "histstore_checkpoint_channels",
+    metadata,
+    Column("thread_id", ID, nullable=False),
+    Column("checkpoint_ns", Text, nullable=False),
+    Column("checkpoint_id", ID, nullable=False),
+    Column("channel", Text, nullable=False),
+    Column("version", Text, nullable=False),
+    PrimaryKeyConstraint("thread_id", "checkpoint_ns", "checkpoint_id", "channel"),
+)
+
+# Pending writes: what each task of a step wrote, kept with the checkpoint it follows.
+checkpoint_writes = Table(
+    "histstore_checkpoint_writes",
+    metadata,
+    Column("thread_id", ID, nullable=False),
+    Column("checkpoint_ns", Text, nullable=False),
+    Column("checkpoint_id", ID, nullable=False),
+    Column("task_id", Text, nullable=False),
+    Column("idx", Integer, nullable=False),
+    Column("task_path", Text, nullable=False),
+    Column("channel", Text, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("blob", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"),
+)

@@ -1,0 +1,167 @@
+"""The aiosqlite driver: a whole program in one trip to the connection's thread.
+
+aiosqlite runs every call as a function on the connection's own thread; this driver
+hands it the whole program, from ``BEGIN IMMEDIATE`` to ``COMMIT``, as one such
+function (its private ``Connection._execute`` and ``_conn``). When they are missing (a
+future aiosqlite), the program runs through aiosqlite's public calls instead: slower,
+never broken (``aiosqlite_one_trip``).
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import Dialect
+
+from .drivers import (
+    EXECUTE,
+    FETCH,
+    CompiledStatement,
+    Driver,
+    Memo,
+    Phase,
+    Program,
+    Rollback,
+    _Running,
+)
+
+__all__ = ["SqliteDriver", "aiosqlite_one_trip"]
+
+T = TypeVar("T")
+
+
+class SqliteDriver(Driver):
+    begin_sql = "BEGIN IMMEDIATE"  # see _engine: why writers take the lock up front
+
+    def __init__(self, dialect: Dialect, one_trip: bool) -> None:
+        super().__init__(dialect, None)
+        self.one_trip = one_trip
+
+    async def fetch(
+        self,
+        conn: Any,
+        stmt: CompiledStatement,
+        params: Mapping[str, Any],
+        memo: Memo | None = None,
+    ) -> Sequence[Any]:
+        rows = await conn.execute_fetchall(stmt.sql, stmt.args(params, memo))
+        return rows  # type: ignore[no-any-return]
+
+    async def execute(
+        self, conn: Any, stmt: CompiledStatement, params: Any, many: bool, memo: Memo
+    ) -> None:
+        if many:
+            await conn.executemany(stmt.sql, [stmt.args(p, memo) for p in params])
+        else:
+            await conn.execute(stmt.sql, stmt.args(params, memo))
+
+    async def run(
+        self,
+        conn: Any,
+        program: Program[T],
+        phase: Phase,
+        *,
+        begin: bool,
+        end: bool,
+        snapshot: bool = False,
+    ) -> T | Rollback[T]:
+        if not self.one_trip:
+            return await super().run(conn, program, phase, begin=begin, end=end, snapshot=snapshot)
+        # aiosqlite runs every call as a function on the connection's own thread; this
+        # hands it the whole program as one such function (``_execute`` is the queue
+        # every aiosqlite method uses; ``_conn`` the sqlite3 connection it owns).
+        return await conn._execute(  # type: ignore[no-any-return]
+            self._run_on_thread, conn._conn, program, phase, begin, end, snapshot
+        )
+
+    @staticmethod
+    def _run_on_thread(
+        conn: sqlite3.Connection,
+        program: Program[T],
+        phase: Phase,
+        begin: bool,
+        end: bool,
+        snapshot: bool = False,
+    ) -> T | Rollback[T]:
+        memo: Memo = {}
+        running = _Running(program)
+        if begin and snapshot:
+            conn.execute("BEGIN")  # deferred: in WAL mode the first read fixes a snapshot
+        elif begin:
+            _take_write_lock(conn)
+        try:
+            for kind, stmt, params in running:
+                if kind == FETCH:
+                    running.rows = conn.execute(stmt.sql, stmt.args(params, memo)).fetchall()
+                elif kind == EXECUTE:
+                    conn.execute(stmt.sql, stmt.args(params, memo))
+                else:
+                    conn.executemany(stmt.sql, [stmt.args(p, memo) for p in params])
+            value = running.value
+            if end:
+                if isinstance(value, Rollback):
+                    conn.execute("ROLLBACK")
+                else:
+                    phase.name = "commit"
+                    conn.execute("COMMIT")
+                    phase.name = "done"
+        except BaseException:
+            # Still on the thread, so the transaction never outlives this call.
+            if phase.name == "body" and conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
+        return value  # type: ignore[return-value]
+
+
+_SQLITE_BUSY = 5
+_POLL_MAX = 0.004  # seconds between tries for the write lock, at most
+
+
+def _take_write_lock(conn: sqlite3.Connection) -> None:
+    """``BEGIN IMMEDIATE``, trying again every few milliseconds while another process
+    holds the database's write lock, until the connection's busy timeout has passed.
+
+    SQLite's own busy handler sleeps ever longer between tries (up to 100 ms), so a
+    writer of another process could sleep on long after the lock came free; polling
+    with a short, jittered pause hands the lock over within a few milliseconds. The
+    busy timeout is set back for the transaction's other statements. Runs on the
+    connection's own thread, where sleeping blocks nothing else.
+    """
+    patience = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
+    if patience <= 0:
+        conn.execute("BEGIN IMMEDIATE")
+        return
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        deadline = time.monotonic() + patience / 1000
+        pause = 0.0005
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                # SQLITE_BUSY or an extended code of it (its low byte); Python 3.10 has
+                # no codes on its exceptions, only SQLite's message.
+                code = getattr(exc, "sqlite_errorcode", None)
+                busy = "locked" in str(exc) if code is None else code & 0xFF == _SQLITE_BUSY
+                if not busy or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause * random.uniform(0.5, 1.5))  # noqa: S311 (jitter, not secrets)
+            pause = min(pause * 2, _POLL_MAX)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {patience:d}")
+
+
+def aiosqlite_one_trip() -> bool:
+    """Whether the installed aiosqlite has what the one-trip program needs."""
+    import aiosqlite
+
+    return callable(getattr(aiosqlite.Connection, "_execute", None)) and isinstance(
+        getattr(aiosqlite.Connection, "_conn", None), property
+    )

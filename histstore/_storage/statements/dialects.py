@@ -1,0 +1,385 @@
+"""What differs between the databases, in one place.
+
+Everything else is generic SQLAlchemy Core. Both backends support ``INSERT ... ON
+CONFLICT`` (SQLite 3.24+, Postgres 9.5+) with the same SQLAlchemy API, ``RETURNING``
+(SQLite 3.35+), and partial indexes; what remains is which ``insert`` construct to use,
+how a transaction takes the conversation's write lock, how migrations serialize, and
+which full-text engine search asks (SQLite FTS5 or a Postgres ``tsvector``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    DateTime,
+    Integer,
+    Table,
+    Text,
+    bindparam,
+    cast,
+    column,
+    exists,
+    func,
+    literal_column,
+    select,
+    table,
+    text,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.sql import Select
+
+from .. import schema as s
+from ..engine import BEGIN_OPTION
+
+__all__ = [
+    "Mode",
+    "append_in_one_statement",
+    "can_create_tables",
+    "clock",
+    "for_update",
+    "insert",
+    "lock_for_migration",
+    "messages_from_arrays",
+    "mode_options",
+    "search",
+    "search_terms",
+]
+
+Mode = Literal["read", "snapshot", "write"]
+
+
+def mode_options(dialect: Dialect, mode: Mode) -> dict[str, Any]:
+    """Execution options for a transaction of one kind.
+
+    ``read``: a single statement, atomic by itself, so no transaction is begun (on
+    Postgres ``AUTOCOMMIT`` saves the BEGIN and COMMIT round trips). ``snapshot``:
+    several reads that must agree (SQLite: a deferred BEGIN, which in WAL mode reads one
+    snapshot; Postgres: REPEATABLE READ, where a read-only transaction never fails).
+    ``write``: SQLite takes the write lock up front (``BEGIN IMMEDIATE``, see
+    ``_storage.engine``); Postgres writes at READ COMMITTED and locks the conversation row.
+    """
+    if dialect.name == "sqlite":
+        begin = {"read": "", "snapshot": "BEGIN", "write": "BEGIN IMMEDIATE"}[mode]
+        return {BEGIN_OPTION: begin}
+    return {
+        "read": {"isolation_level": "AUTOCOMMIT"},
+        "snapshot": {"isolation_level": "REPEATABLE READ"},
+        "write": {},
+    }[mode]
+
+
+def insert(dialect: Dialect, table: Table) -> Any:
+    """An INSERT that supports ``on_conflict_do_nothing/do_update`` on this dialect."""
+    if dialect.name == "sqlite":
+        return sqlite.insert(table)
+    if dialect.name == "postgresql":
+        return postgresql.insert(table)
+    raise NotImplementedError(f"histstore does not support the {dialect.name!r} dialect")
+
+
+def for_update(dialect: Dialect, stmt: Select[Any]) -> Select[Any]:
+    """Lock the selected rows for the rest of the transaction.
+
+    On Postgres a ``FOR UPDATE`` row lock. On SQLite nothing is needed: write
+    transactions start with ``BEGIN IMMEDIATE`` (see ``_storage.engine``) and so already hold
+    the database's only write lock.
+    """
+    return stmt if dialect.name == "sqlite" else stmt.with_for_update()
+
+
+def lock_for_migration(connection: Connection) -> None:
+    """Keep concurrent migrators apart for the rest of the transaction.
+
+    Postgres: a transaction-scoped advisory lock (two processes connecting with
+    ``migrate=True`` would otherwise both try to create the tables). SQLite: the
+    transaction began with ``BEGIN IMMEDIATE`` and already holds the write lock.
+    """
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(7458215530061727291)"))
+
+
+def limit_lock_waits(connection: Connection, seconds: float) -> None:
+    """Bound every lock wait for the rest of the transaction (PostgreSQL).
+
+    Taken after the advisory lock on purpose: waiting for another migrator is fine,
+    waiting behind live writers is not. While a migration waits for a table lock
+    (ALTER TABLE wants ACCESS EXCLUSIVE), every later writer of that table queues
+    behind it, so the wait is what the application feels. ``lock_timeout`` applies to
+    each wait on its own, so one setting bounds every statement of the migration; no
+    per-statement setting is needed. SQLite takes its one lock at BEGIN IMMEDIATE,
+    bounded by the connection's busy timeout.
+    """
+    if connection.dialect.name == "postgresql":
+        ms = max(1, int(seconds * 1000))
+        connection.exec_driver_sql(f"SET LOCAL lock_timeout = {ms:d}")
+
+
+def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None:
+    """The common append as one statement, where the database can (Postgres).
+
+    Data-modifying CTEs grow the conversation's length (locking its row), record the
+    batch under its key and insert the messages from arrays, in one statement that is
+    its own transaction: one round trip instead of five (BEGIN, three statements,
+    COMMIT). Parameters as the store's other statements, plus ``key``, ``digest`` and
+    the arrays ``roles``, ``datas``, ``tokens``. Returns the new length, or no row when
+    a view may not see the conversation (then nothing was written). ``None`` where the
+    dialect has no such statement (SQLite runs the append's program in one trip to its
+    thread instead).
+    """
+    if dialect.name != "postgresql":
+        return None
+    conv, msg, writes = s.conversations, s.messages, s.writes
+    c = bindparam("c", type_=conv.c.id.type)
+    owner = bindparam("owner", type_=conv.c.owner.type)
+    n = bindparam("n", type_=BigInteger)
+    now = bindparam("now", type_=conv.c.updated_at.type)
+    mine: ColumnElement[bool] | None = (conv.c.owner == owner) if scoped else None
+    grown = (
+        postgresql.insert(conv)
+        .values(
+            id=c,
+            owner=owner,
+            length=n,
+            revision=1,
+            next_entry=n + 1,
+            created_at=now,
+            updated_at=now,
+        )
+        .on_conflict_do_update(
+            index_elements=[conv.c.id],
+            set_={
+                "length": conv.c.length + n,
+                "revision": conv.c.revision + 1,
+                "next_entry": conv.c.next_entry + n,
+                "halted": None,
+                "updated_at": now,
+            },
+            where=mine,
+        )
+        .returning(conv.c.length, conv.c.revision, conv.c.next_entry)
+        .cte("grown")
+    )
+    # The batch's idempotency row is its change record (at the new revision).
+    record = select(
+        c,
+        bindparam("key", type_=writes.c.key.type),
+        grown.c.length - n,
+        n,
+        bindparam("digest", type_=writes.c.digest.type),
+        now,
+        grown.c.revision,
+        n,
+    )
+    recorded = (
+        writes.insert()
+        .from_select(
+            [
+                "conversation_id",
+                "key",
+                "position",
+                "count",
+                "digest",
+                "created_at",
+                "revision",
+                "appended",
+            ],
+            record,
+        )
+        .returning(writes.c.position)
+        .cte("recorded")
+    )
+    rows = (
+        func.unnest(
+            bindparam("roles", type_=postgresql.ARRAY(Text)),
+            bindparam("datas", type_=postgresql.ARRAY(Text)),
+            bindparam("tokens", type_=postgresql.ARRAY(Integer)),
+            bindparam("texts", type_=postgresql.ARRAY(Text)),
+        )
+        .table_valued("role", "data", "token_count", "search_text", with_ordinality="ord")
+        .render_derived()
+    )
+    placed = select(
+        c,
+        recorded.c.position + rows.c.ord - 1,
+        rows.c.role,
+        rows.c.data,
+        rows.c.token_count,
+        now,
+        rows.c.search_text,
+        grown.c.next_entry - n + rows.c.ord - 1,
+    ).select_from(recorded.join(rows, literal_column("true")).join(grown, literal_column("true")))
+    inserted = msg.insert().from_select(
+        [
+            "conversation_id",
+            "position",
+            "role",
+            "data",
+            "token_count",
+            "created_at",
+            "search_text",
+            "entry_id",
+        ],
+        placed,
+    )
+    return select(grown.c.length).add_cte(recorded).add_cte(inserted.cte("inserted"))
+
+
+def clock(dialect: Dialect) -> ColumnElement[float]:
+    """The database's clock as seconds since the epoch (what leases expire by): one
+    clock for every holder, whatever process or machine it runs on."""
+    if dialect.name == "postgresql":
+        return literal_column("extract(epoch from clock_timestamp())::float8")
+    return literal_column("((julianday('now') - 2440587.5) * 86400.0)")
+
+
+def can_create_tables(connection: Connection, schema: str | None) -> bool:
+    """Whether the connection's role may create histstore's tables (in ``schema``, or
+    the default one): it needs CREATE on the schema, or on the database when the schema
+    does not exist yet. Always true on SQLite, where the file's owner decides."""
+    if connection.dialect.name != "postgresql":
+        return True
+    query = text(
+        "SELECT CASE WHEN EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = :s)"
+        " THEN has_schema_privilege(:s, 'CREATE')"
+        " ELSE has_database_privilege(current_database(), 'CREATE') END"
+    )
+    name = schema
+    if name is None:
+        name = connection.execute(text("SELECT current_schema()")).scalar()
+    return bool(connection.execute(query, {"s": name}).scalar())
+
+
+def messages_from_arrays(dialect: Dialect) -> Any:
+    """An INSERT of a run of one conversation's messages from arrays, where the database
+    has them (Postgres), else ``None``.
+
+    One statement per batch instead of one per row (bulk import and copy). Parameters:
+    ``c`` (the conversation), ``first`` (the first row's position; the rows take the
+    positions that follow in order) and the arrays ``roles``, ``datas``, ``tokens``,
+    ``times`` (aware datetimes, already checked by ``_core.rules.time``), ``texts``,
+    ``entry_ids`` and ``authors``, all of one length.
+    """
+    if dialect.name != "postgresql":
+        return None
+    msg = s.messages
+    rows = (
+        func.unnest(
+            bindparam("roles", type_=postgresql.ARRAY(Text, dimensions=1)),
+            bindparam("datas", type_=postgresql.ARRAY(Text, dimensions=1)),
+            bindparam("tokens", type_=postgresql.ARRAY(Integer, dimensions=1)),
+            bindparam("times", type_=postgresql.ARRAY(DateTime(timezone=True), dimensions=1)),
+            bindparam("texts", type_=postgresql.ARRAY(Text, dimensions=1)),
+            bindparam("entry_ids", type_=postgresql.ARRAY(BigInteger, dimensions=1)),
+            bindparam("authors", type_=postgresql.ARRAY(Text, dimensions=1)),
+        )
+        .table_valued(
+            "role",
+            "data",
+            "token_count",
+            "created_at",
+            "search_text",
+            "entry_id",
+            "author",
+            with_ordinality="ord",
+        )
+        .render_derived()
+    )
+    placed = select(
+        bindparam("c", type_=msg.c.conversation_id.type),
+        bindparam("first", type_=BigInteger) + rows.c.ord - 1,
+        rows.c.role,
+        rows.c.data,
+        rows.c.token_count,
+        rows.c.created_at,
+        rows.c.search_text,
+        rows.c.entry_id,
+        rows.c.author,
+    )
+    return msg.insert().from_select(
+        [
+            "conversation_id",
+            "position",
+            "role",
+            "data",
+            "token_count",
+            "created_at",
+            "search_text",
+            "entry_id",
+            "author",
+        ],
+        placed,
+    )
+
+
+def search(dialect: Dialect, scoped: bool, by_conversation: bool) -> Select[Any]:
+    """Messages matching a text query, best first: ``(conversation_id, position, data,
+    created_at, score)``, a higher score better.
+
+    Parameters: ``q`` (``search_terms``' value), ``limit``, ``c`` when
+    ``by_conversation``, ``owner`` when ``scoped``. Served by the full-text index: on
+    SQLite the FTS5 table ranked by bm25, on Postgres the GIN index on the stored
+    ``search_vector`` (``to_tsvector('simple', search_text)``) ranked by
+    ``ts_rank_cd``; ties go by conversation and position.
+    """
+    msg, conv = s.messages, s.conversations
+    if dialect.name == "postgresql":
+        config: ColumnElement[Any] = literal_column("'simple'::regconfig")
+        term = (
+            func.unnest(bindparam("q", type_=postgresql.ARRAY(Text)))
+            .table_valued("t")
+            .render_derived()
+        )
+        phrase = func.phraseto_tsquery(config, term.c.t)
+        # Each term is parsed as a phrase by Postgres itself; the parts are joined with
+        # & as tsquery text, which Postgres quotes and escapes in its own output.
+        joined = (
+            select(func.string_agg("(" + cast(phrase, Text) + ")", literal_column("' & '")))
+            .where(func.numnode(phrase) > 0)
+            .scalar_subquery()
+        )
+        query = select(cast(joined, postgresql.TSQUERY).label("q")).cte("query")
+        vector = literal_column(f"{msg.name}.{s.SEARCH_VECTOR}", postgresql.TSVECTOR)
+        score = func.ts_rank_cd(vector, query.c.q)
+        stmt = select(
+            msg.c.conversation_id, msg.c.position, msg.c.data, msg.c.created_at, score
+        ).where(vector.op("@@")(query.c.q))
+        best = score.desc()
+    else:
+        fts = table(s.FTS_TABLE, column("rowid"))
+        name: ColumnElement[Any] = literal_column(s.FTS_TABLE)
+        rank = func.bm25(name)
+        stmt = (
+            select(msg.c.conversation_id, msg.c.position, msg.c.data, msg.c.created_at, -rank)
+            .select_from(fts.join(msg, literal_column("histstore_messages.rowid") == fts.c.rowid))
+            .where(name.op("MATCH")(bindparam("q", type_=Text)))
+        )
+        best = rank.asc()
+    if by_conversation:
+        stmt = stmt.where(msg.c.conversation_id == bindparam("c", type_=msg.c.conversation_id.type))
+    if scoped:
+        stmt = stmt.where(
+            exists().where(
+                conv.c.id == msg.c.conversation_id,
+                conv.c.owner == bindparam("owner", type_=conv.c.owner.type),
+            )
+        )
+    limit = bindparam("limit", type_=BigInteger)
+    return stmt.order_by(best, msg.c.conversation_id, msg.c.position).limit(limit)
+
+
+def search_terms(dialect: Dialect, terms: list[str]) -> Any:
+    """The ``q`` parameter of ``search`` for a query's terms (see
+    ``_core.search_text.parse_query``).
+
+    Every term is matched as text, never read as the engine's query language: Postgres
+    takes them as an array of plain strings; for FTS5 each becomes a double-quoted
+    string (a phrase of its tokens, quotes doubled), joined by spaces, which FTS5 reads
+    as AND.
+    """
+    if dialect.name == "postgresql":
+        return terms
+    return " ".join('"' + t.replace('"', '""') + '"' for t in terms)

@@ -1,0 +1,133 @@
+"""Moving whole conversations: export to JSON Lines (here), import and copy.
+
+All three stream: memory stays bounded by one batch of rows, however large the store
+or a conversation is. The format is described in ``_transfer.format``; import is in
+``_transfer.importing``, copy in ``_transfer.copying``; both write through
+``_transfer.write``. This module
+keeps every transfer name importable from one place (``histstore.admin`` re-exports
+them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import aclosing
+from typing import IO
+
+from .._core import codec as _codec
+from .._core.ids import validate_id
+from .._store import Store
+from .copying import copy_store
+from .format import (
+    DEFAULT_BATCH,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    FormatError,
+    Progress,
+    TransferStats,
+    aside_line,
+    change_line,
+    conversation_line,
+    end_line,
+    footer_line,
+    header_line,
+    item_line,
+    list_line,
+    message_lines,
+    summary_line,
+    turn_line,
+)
+from .importing import import_store
+from .read import Page, Source, StoredConversation
+
+__all__ = [
+    "DEFAULT_BATCH",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "FormatError",
+    "TransferStats",
+    "copy_store",
+    "export_store",
+    "import_store",
+]
+
+
+async def export_store(
+    store: Store,
+    out: IO[str],
+    *,
+    ids: Sequence[str] | None = None,
+    user: str | None = None,
+    batch: int = DEFAULT_BATCH,
+    progress: Progress | None = None,
+) -> TransferStats:
+    """Write the store's conversations (or those given, or a user's) as JSON Lines
+    (format version 2, ``_transfer.format``): everything but idempotency records,
+    editable history included (entry ids and authors, asides, halts, turn records and
+    the change log as stored).
+
+    A scoped view exports only its user's conversations.
+
+    Raises:
+        NotFound: one of ``ids`` does not exist or is not seen by the store (checked
+            before anything is written).
+    """
+    for cid in ids or ():
+        validate_id(cid)
+    if user is not None:
+        validate_id(user, what="user")
+    if batch < 1:
+        raise ValueError("batch must be at least 1")
+    source = Source(store._ctx, ids=ids, user=user, batch=batch)
+    await source.check_ids()
+    stats = TransferStats()
+    if progress is not None:
+        stats.total_messages = (await source.totals())[1]
+    out.write(header_line())
+    async with aclosing(source.pages()) as pages:
+        async for page in pages:
+            for conv in page.convs:
+                await _export_conversation(page, conv, out, stats, progress)
+            if progress is not None:
+                progress(stats)
+    out.write(footer_line(stats.conversations, stats.messages))
+    out.flush()
+    return stats
+
+
+async def _export_conversation(
+    page: Page,
+    conv: StoredConversation,
+    out: IO[str],
+    stats: TransferStats,
+    progress: Progress | None,
+) -> None:
+    metadata = ((_codec.key_from_stored(k), v) for k, v in conv.metadata)
+    out.write(
+        conversation_line(
+            conv.id,
+            conv.owner,
+            conv.system_prompt,
+            conv.created_at,
+            conv.updated_at,
+            conv.length,
+            metadata,
+            conv.editable,
+        )
+    )
+    async for rows in page.messages(conv):
+        out.write(message_lines(rows))
+        stats.messages += len(rows)
+        if progress is not None:
+            progress(stats)
+    out.write("".join(aside_line(r) for r in conv.asides))
+    out.write("".join(turn_line(r) for r in conv.turns))
+    async for records in page.changes(conv):
+        out.write("".join(change_line(r) for r in records))
+    out.write("".join(summary_line(r) for r in conv.summaries))
+    for name, length in conv.lists:
+        out.write(list_line(name, length))
+        async for items in page.items(conv, name):
+            out.write("".join(item_line(r) for r in items))
+    out.write(end_line(conv.id))
+    stats.conversations += 1

@@ -1,0 +1,445 @@
+"""The storage side of ``histstore.admin``: the queries behind stats, describe and listing.
+
+Every query runs through ``Store._run`` (the store's one way to reach the database) and
+sees what the store sees: through a scoped view only its user's conversations.
+Migrations and database locations are in ``admin._database``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+from sqlalchemy import Select, distinct, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .._core import codec as _codec
+from .._core import rules as _rules
+from .._core.ids import validate_id
+from .._errors import NotFound
+from .._ops.listing import select_filtered, select_ids
+from .._storage import migrations as _migrations
+from .._storage import schema as s
+from .._store import Store
+
+__all__ = [
+    "ConversationInfo",
+    "StoreStats",
+    "count_conversations",
+    "describe",
+    "list_conversations",
+    "purge",
+    "purge_candidates",
+    "reindex",
+    "stats",
+]
+
+Order = Literal["id", "created", "updated"]
+
+_conv = s.conversations
+_CHUNK = 500  # ids per IN (...) list
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(timezone.utc).isoformat()
+
+
+# ---------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class StoreStats:
+    """What a store (or a scoped view: its user's part) holds, read in one snapshot.
+
+    Counts cover the conversations the store sees; times are aware UTC ``datetime``
+    values, ``None`` when there is no conversation.
+    """
+
+    conversations: int
+    messages: int
+    longest: int
+    users: int
+    summaries: int
+    metadata_entries: int
+    lists: int
+    list_items: int
+    write_records: int
+    first_created: datetime | None
+    oldest_change: datetime | None
+    newest_change: datetime | None
+    schema_revision: str | None
+    user: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures as a JSON-ready dict (times as ISO 8601 strings)."""
+        return {
+            "conversations": self.conversations,
+            "messages": self.messages,
+            "longest": self.longest,
+            "users": self.users,
+            "summaries": self.summaries,
+            "metadata_entries": self.metadata_entries,
+            "lists": self.lists,
+            "list_items": self.list_items,
+            "write_records": self.write_records,
+            "first_created": _iso(self.first_created),
+            "oldest_change": _iso(self.oldest_change),
+            "newest_change": _iso(self.newest_change),
+            "schema_revision": self.schema_revision,
+            "user": self.user,
+        }
+
+
+@dataclass(frozen=True)
+class ConversationInfo:
+    """One conversation's particulars, without its messages.
+
+    ``lists`` holds ``(name, length)`` pairs by name; ``metadata_keys`` is sorted.
+    """
+
+    id: str
+    user: str | None
+    system_prompt: str | None
+    length: int
+    created_at: datetime
+    updated_at: datetime
+    lists: tuple[tuple[str, int], ...] = ()
+    summaries: int = 0
+    metadata_keys: tuple[str, ...] = ()
+
+    @property
+    def has_system_prompt(self) -> bool:
+        """Whether the conversation has a system prompt."""
+        return self.system_prompt is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The particulars as a JSON-ready dict (times as ISO 8601 strings)."""
+        return {
+            "id": self.id,
+            "user": self.user,
+            "system_prompt": self.system_prompt,
+            "length": self.length,
+            "created_at": _iso(self.created_at),
+            "updated_at": _iso(self.updated_at),
+            "lists": dict(self.lists),
+            "summaries": self.summaries,
+            "metadata_keys": list(self.metadata_keys),
+        }
+
+
+# ---------------------------------------------------------------------------- scope
+
+
+def _scoped(store: Store, stmt: Select[Any]) -> Select[Any]:
+    """``stmt`` over conversations, kept to those the store sees."""
+    scope = store._ctx.scope()
+    return stmt if scope is None else stmt.where(scope)
+
+
+def _visible_ids(store: Store) -> Select[Any]:
+    """The ids of the conversations the store sees."""
+    return _scoped(store, select(_conv.c.id))
+
+
+# ---------------------------------------------------------------------------- stats
+
+
+async def stats(store: Store) -> StoreStats:
+    """Count what the store holds, in one snapshot. A scoped view counts its user's part."""
+    owner = store.user
+
+    async def work(conn: AsyncConnection) -> StoreStats:
+        conv = select(
+            func.count(),
+            func.coalesce(func.sum(_conv.c.length), 0),
+            func.coalesce(func.max(_conv.c.length), 0),
+            func.count(distinct(_conv.c.owner)),
+            func.min(_conv.c.created_at),
+            func.min(_conv.c.updated_at),
+            func.max(_conv.c.updated_at),
+        )
+        scope = store._ctx.scope()
+        if scope is not None:
+            conv = conv.where(scope)
+        row = (await conn.execute(conv)).one()
+        counts: list[int] = []
+        for table in (s.summaries, s.metadata_entries, s.lists, s.list_items, s.writes):
+            stmt = select(func.count()).select_from(table)
+            if owner is not None:
+                stmt = stmt.where(table.c.conversation_id.in_(_visible_ids(store)))
+            counts.append(int((await conn.execute(stmt)).scalar_one()))
+        status = await conn.run_sync(_migrations.schema_status)
+        return StoreStats(
+            conversations=int(row[0]),
+            messages=int(row[1]),
+            longest=int(row[2]),
+            users=int(row[3]),
+            summaries=counts[0],
+            metadata_entries=counts[1],
+            lists=counts[2],
+            list_items=counts[3],
+            write_records=counts[4],
+            first_created=row[4],
+            oldest_change=row[5],
+            newest_change=row[6],
+            schema_revision=status.current,
+            user=owner,
+        )
+
+    return await store._run(work, mode="snapshot", action="stats")
+
+
+# ---------------------------------------------------------------------------- describe
+
+
+async def _details(store: Store, conn: AsyncConnection, ids: Sequence[str]) -> list[Any]:
+    """``ConversationInfo`` for the visible ones of ``ids``, in the order given."""
+    rows: dict[str, Any] = {}
+    lists: dict[str, list[tuple[str, int]]] = {}
+    summaries: dict[str, int] = {}
+    keys: dict[str, list[str]] = {}
+    ls, sm, md = s.lists.c, s.summaries.c, s.metadata_entries.c
+    for i in range(0, len(ids), _CHUNK):
+        chunk = list(ids[i : i + _CHUNK])
+        stmt = select(
+            _conv.c.id,
+            _conv.c.owner,
+            _conv.c.system_prompt,
+            _conv.c.length,
+            _conv.c.created_at,
+            _conv.c.updated_at,
+        ).where(_conv.c.id.in_(chunk))
+        scope = store._ctx.scope()
+        if scope is not None:
+            stmt = stmt.where(scope)
+        rows.update({r.id: r for r in await conn.execute(stmt)})
+        found = [c for c in chunk if c in rows]
+        if not found:
+            continue
+        named = select(ls.conversation_id, ls.name, ls.length).where(ls.conversation_id.in_(found))
+        for cid, name, length in await conn.execute(named.order_by(ls.conversation_id, ls.name)):
+            lists.setdefault(cid, []).append((name, int(length)))
+        counted = (
+            select(sm.conversation_id, func.count())
+            .where(sm.conversation_id.in_(found))
+            .group_by(sm.conversation_id)
+        )
+        summaries.update({cid: int(n) for cid, n in await conn.execute(counted)})
+        keyed = select(md.conversation_id, md.key).where(md.conversation_id.in_(found))
+        for cid, key in await conn.execute(keyed.order_by(md.conversation_id, md.key)):
+            keys.setdefault(cid, []).append(_codec.key_from_stored(key))
+    return [
+        ConversationInfo(
+            id=r.id,
+            user=r.owner,
+            system_prompt=r.system_prompt,
+            length=int(r.length),
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+            lists=tuple(lists.get(r.id, ())),
+            summaries=summaries.get(r.id, 0),
+            # Sorted as keys, not as their stored (escaped) forms.
+            metadata_keys=tuple(sorted(keys.get(r.id, ()))),
+        )
+        for cid in ids
+        if (r := rows.get(cid)) is not None
+    ]
+
+
+async def describe(store: Store, conversation: str) -> ConversationInfo:
+    """One conversation's particulars (owner, system prompt, length, times, lists,
+    summary count, metadata keys), read in one snapshot.
+
+    Raises:
+        InvalidId: a bad id.
+        NotFound: the conversation does not exist or the view may not see it.
+    """
+    validate_id(conversation)
+
+    async def work(conn: AsyncConnection) -> list[Any]:
+        return await _details(store, conn, [conversation])
+
+    found = await store._run(work, mode="snapshot", action="describe", conversation=conversation)
+    if not found:
+        raise NotFound(f"conversation {conversation!r} not found")
+    info: ConversationInfo = found[0]
+    return info
+
+
+# ---------------------------------------------------------------------------- listing
+
+
+async def list_conversations(
+    store: Store,
+    *,
+    user: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int | None = None,
+    offset: int = 0,
+    order: Order = "id",
+    descending: bool = False,
+) -> list[ConversationInfo]:
+    """A page of conversations with their particulars, read in one snapshot.
+
+    Filters, order and paging are those of ``Store.conversations``; ``since`` and
+    ``until`` (aware ``datetime`` values) keep the conversations last changed at or
+    after ``since`` and before ``until``. The ids come from the same indexes
+    ``Store.conversations`` uses (``updated_at``, ``owner``), so a page costs
+    O(limit + offset) when the filters match most conversations.
+
+    Raises:
+        InvalidId: a bad ``user``.
+        InvalidMessage: a metadata value that is not storable JSON.
+        TypeError, ValueError: arguments of the wrong kind or range.
+    """
+    page = select_ids(
+        store._ctx,
+        user=user,
+        metadata=metadata,
+        since=since,
+        until=until,
+        limit=limit,
+        offset=offset,
+        order=order,
+        descending=descending,
+    )
+    if page is None:
+        return []
+
+    async def work(conn: AsyncConnection) -> list[ConversationInfo]:
+        ids = list((await conn.execute(page)).scalars())
+        return await _details(store, conn, ids)
+
+    return await store._run(work, mode="snapshot", action="list conversations")
+
+
+async def count_conversations(
+    store: Store,
+    *,
+    user: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> int:
+    """How many conversations ``list_conversations`` with these filters would list in all.
+
+    Counting costs O(matching conversations), read from the same indexes.
+    """
+    found = select_filtered(
+        store._ctx, [func.count()], user=user, metadata=metadata, since=since, until=until
+    )
+    if found is None:
+        return 0
+    counting = found[0]
+
+    async def work(conn: AsyncConnection) -> int:
+        return int((await conn.execute(counting)).scalar_one())
+
+    return await store._run(work, mode="read", action="count conversations")
+
+
+def _idle_cutoff(idle_for: timedelta) -> datetime:
+    if not isinstance(idle_for, timedelta):
+        raise TypeError("idle_for must be a timedelta")
+    if idle_for < timedelta(0):
+        raise ValueError("idle_for must not be negative")
+    return datetime.now(timezone.utc) - idle_for
+
+
+async def purge_candidates(store: Store, *, idle_for: timedelta) -> list[str]:
+    """The ids ``store.purge(idle_for=idle_for)`` would delete now, in id order.
+
+    Raises:
+        TypeError, ValueError: ``idle_for`` is not a non-negative ``timedelta``.
+    """
+    cutoff = _idle_cutoff(idle_for)
+    stmt = _visible_ids(store).where(_conv.c.updated_at < cutoff).order_by(_conv.c.id)
+
+    async def work(conn: AsyncConnection) -> list[str]:
+        return list((await conn.execute(stmt)).scalars())
+
+    return await store._run(work, mode="read", action="list idle conversations")
+
+
+class _Reporter:
+    """Turns a running count into ``progress(done, total)`` calls: ``total`` is the
+    count taken before the work, raised to ``done`` when more turned up; a call never
+    repeats the previous one, and ``finish`` makes the last call's ``done == total``."""
+
+    def __init__(self, progress: Callable[[int, int], None], total: int) -> None:
+        self._progress = progress
+        self._total = total
+        self._done = 0
+        self._last: tuple[int, int] | None = None
+
+    def __call__(self, done: int) -> None:
+        self._done = done
+        self._report(done, max(self._total, done))
+
+    def finish(self) -> None:
+        self._report(self._done, self._done)
+
+    def _report(self, done: int, total: int) -> None:
+        if (done, total) != self._last:
+            self._last = (done, total)
+            self._progress(done, total)
+
+
+async def _count(store: Store, stmt: Select[Any], action: str) -> int:
+    async def work(conn: AsyncConnection) -> int:
+        return int((await conn.execute(stmt)).scalar_one())
+
+    return await store._run(work, mode="read", action=action)
+
+
+async def reindex(
+    store: Store, *, batch: int = 2000, progress: Callable[[int, int], None] | None = None
+) -> int:
+    """Recompute every message's indexed text (``histstore.indexed_text``) and so its
+    full-text index entry, ``batch`` messages per transaction; returns how many changed.
+
+    Needed only where the text could not be computed when the schema was made: after
+    applying ``histstore migrate --sql`` output to a database that already held
+    messages. Through a scoped view, only that user's conversations. Safe to run
+    while the store is in use, and to run again.
+
+    ``progress(done, total)``, if given, is called after every batch with the messages
+    read so far and the count of messages taken first (raised when more turned up);
+    ``done`` never decreases and the last call has ``done == total``.
+
+    Raises:
+        TypeError, ValueError: ``batch`` is not a positive int.
+    """
+    if progress is None:
+        return await store._search.reindex(batch)
+    _rules.positive(batch, "batch")
+    messages = _scoped(store, select(func.coalesce(func.sum(_conv.c.length), 0)))
+    report = _Reporter(progress, await _count(store, messages, "count messages"))
+    changed = await store._search.reindex(batch, report)
+    report.finish()
+    return changed
+
+
+async def purge(
+    store: Store, *, idle_for: timedelta, progress: Callable[[int, int], None] | None = None
+) -> int:
+    """``store.purge(idle_for=idle_for)``, with ``progress(done, total)``, if given,
+    called after every batch: the conversations deleted so far, and how many were idle
+    when it started (raised when more turned up). ``done`` never decreases and the
+    last call has ``done == total`` (lower than at first when some changed meanwhile).
+
+    Raises:
+        TypeError, ValueError: ``idle_for`` is not a non-negative ``timedelta``.
+    """
+    cutoff = _idle_cutoff(idle_for)
+    if progress is None:
+        return await store.purge(idle_for=idle_for)
+    idle = _scoped(store, select(func.count()).where(_conv.c.updated_at < cutoff))
+    report = _Reporter(progress, await _count(store, idle, "count idle conversations"))
+    purged = await store._listing.purge(idle_for, report)
+    report.finish()
+    return purged

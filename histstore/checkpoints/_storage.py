@@ -1,0 +1,50 @@
+"""Checkpoint storage: every statement on the ``histstore_checkpoint*`` tables.
+
+LangGraph's checkpoints as rows, with no knowledge of LangGraph itself: the caller (the
+adapter in ``histstore.integrations.langgraph``) serializes and deserializes; this module
+keeps bytes, JSON text and ids. ``CheckpointStore`` combines its parts: writes
+(``checkpoints._writes``), reads and listing (``checkpoints._reads``) and thread operations
+(``checkpoints._threads``), over the values of ``checkpoints._records``. The layout:
+
+* ``histstore_checkpoint_threads``: one row per thread, with its owner. Every write
+  upserts it first, which locks the thread (on SQLite the ``BEGIN IMMEDIATE`` write lock
+  already serializes writers), so the writes of one thread never interleave.
+* ``histstore_checkpoints``: one row per checkpoint, keyed ``(thread_id, checkpoint_ns,
+  checkpoint_id)``. LangGraph's checkpoint ids grow with time, so the newest checkpoint
+  of a namespace is the last entry of the primary key's range: reading it is one index
+  probe however many checkpoints the thread holds.
+* ``histstore_checkpoint_blobs``: channel values by ``(channel, version)``, written when
+  a channel changes and shared by every later checkpoint that holds that version.
+* ``histstore_checkpoint_channels``: which version of each channel a checkpoint reads,
+  keyed by checkpoint, so its values are found by primary key.
+* ``histstore_checkpoint_writes``: pending writes, keyed by checkpoint, task and index.
+
+Reading one checkpoint (``get``) is a single statement, atomic by itself, that finds the
+checkpoint's id once by index and fetches its row, values and writes together. Listing
+reads a page per snapshot (``_storage.statements.dialects.mode_options``); writes run
+in one write transaction. Every transaction runs to its end when the caller is cancelled.
+"""
+
+from __future__ import annotations
+
+from ._reads import CheckpointReads
+from ._records import Blob, StoredCheckpoint, Write
+from ._threads import ThreadOperations
+from ._writes import CheckpointWrites
+
+__all__ = ["Blob", "CheckpointStore", "StoredCheckpoint", "Write"]
+
+
+class CheckpointStore(CheckpointWrites, CheckpointReads, ThreadOperations):
+    """LangGraph checkpoints, pending writes and channel values in a store's database.
+
+    Runs through the store's executor (its transactions, settings and schema); a scoped store
+    (``store.user`` set) confines every call to the threads that user owns: threads it
+    creates are owned by the user, and another owner's thread (or one owned by no one)
+    behaves as if it did not exist (reads find nothing, deletes do nothing, writes and
+    copies from it raise ``NotFound``). Thread ids follow histstore's id rules; callers
+    validate them.
+
+    Raises (every method): ``HistStoreError`` for database failures, with the driver's
+    exception as ``__cause__``.
+    """

@@ -1,0 +1,182 @@
+"""Thread operations on checkpoints: delete a thread or the checkpoints of runs, prune a
+thread to its newest checkpoints, copy a thread; each locks the threads it changes."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import delete, func, literal, select, tuple_, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .._errors import ConflictError, NotFound
+from .._storage.statements import dialects as _dialects
+from ._scope import BLOBS, CHANNELS, CHECKPOINTS, THREADS, WRITES, CheckpointScope, chunks, utc_now
+
+__all__ = ["ThreadOperations"]
+
+
+class ThreadOperations(CheckpointScope):
+    """Deletes, pruning and copies of whole threads (or of runs' checkpoints)."""
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Remove the thread and everything it holds. Idempotent; a foreign thread is left."""
+
+        async def work(conn: AsyncConnection) -> None:
+            if not await self._lock_visible(conn, [thread_id]):
+                return
+            for table in (WRITES, CHANNELS, BLOBS, CHECKPOINTS, THREADS):
+                await conn.execute(delete(table).where(table.c.thread_id == thread_id))
+
+        await self._run("write", f"deleting thread {thread_id!r}", work)
+
+    async def delete_runs(self, run_ids: Sequence[str]) -> None:
+        """Remove the checkpoints made by these runs, their pending writes, and the channel
+        values no remaining checkpoint reads. Runs of foreign threads are left."""
+        run_ids = sorted(set(run_ids))
+        if not run_ids:
+            return
+
+        async def work(conn: AsyncConnection) -> None:
+            doomed: list[tuple[str, str, str]] = []
+            for chunk in chunks(run_ids):
+                query = select(
+                    CHECKPOINTS.c.thread_id,
+                    CHECKPOINTS.c.checkpoint_ns,
+                    CHECKPOINTS.c.checkpoint_id,
+                )
+                query = query.where(CHECKPOINTS.c.run_id.in_(list(chunk)))
+                visible = self._visible(CHECKPOINTS.c.thread_id)
+                if visible is not None:
+                    query = query.where(visible)
+                doomed.extend(tuple(r) for r in await conn.execute(query))
+            if not doomed:
+                return
+            threads = sorted({t for t, _, _ in doomed})
+            await self._lock_visible(conn, threads)
+            by_ns: dict[tuple[str, str], list[str]] = {}
+            for t, ns, cid in doomed:
+                by_ns.setdefault((t, ns), []).append(cid)
+            for (t, ns), ids in sorted(by_ns.items()):
+                for chunk in chunks(sorted(ids)):
+                    for table in (WRITES, CHANNELS, CHECKPOINTS):
+                        await conn.execute(
+                            delete(table).where(
+                                table.c.thread_id == t,
+                                table.c.checkpoint_ns == ns,
+                                table.c.checkpoint_id.in_(list(chunk)),
+                            )
+                        )
+                await self._collect_blobs(conn, t, ns)
+
+        await self._run("write", "deleting the checkpoints of runs", work)
+
+    async def prune(self, thread_ids: Sequence[str], *, keep_latest: bool) -> None:
+        """Keep only each namespace's newest checkpoint (``keep_latest``), or nothing.
+
+        With ``keep_latest`` the kept checkpoints lose their parent link, their pending
+        writes stay, and the channel values only older checkpoints read are removed.
+        Each thread is pruned in its own transaction; foreign threads are left.
+        """
+        for thread_id in dict.fromkeys(thread_ids):
+            if not keep_latest:
+                await self.delete_thread(thread_id)
+                continue
+
+            async def work(conn: AsyncConnection, thread_id: str = thread_id) -> None:
+                if not await self._lock_visible(conn, [thread_id]):
+                    return
+                heads = await conn.execute(
+                    select(CHECKPOINTS.c.checkpoint_ns, func.max(CHECKPOINTS.c.checkpoint_id))
+                    .where(CHECKPOINTS.c.thread_id == thread_id)
+                    .group_by(CHECKPOINTS.c.checkpoint_ns)
+                )
+                for ns, head in list(heads):
+                    # Older checkpoints go, with their writes; writes of a newer
+                    # checkpoint still being saved (there is none under the thread's
+                    # lock, but writes may precede their checkpoint) stay.
+                    for table in (WRITES, CHANNELS, CHECKPOINTS):
+                        await conn.execute(
+                            delete(table).where(
+                                table.c.thread_id == thread_id,
+                                table.c.checkpoint_ns == ns,
+                                table.c.checkpoint_id < head,
+                            )
+                        )
+                    await conn.execute(
+                        update(CHECKPOINTS)
+                        .where(
+                            CHECKPOINTS.c.thread_id == thread_id,
+                            CHECKPOINTS.c.checkpoint_ns == ns,
+                            CHECKPOINTS.c.checkpoint_id == head,
+                        )
+                        .values(parent_checkpoint_id=None)
+                    )
+                    await self._collect_blobs(conn, thread_id, ns)
+
+            await self._run("write", f"pruning thread {thread_id!r}", work)
+
+    async def copy_thread(self, source: str, target: str) -> None:
+        """Make ``target`` a copy of ``source``: every checkpoint, value and write.
+
+        Raises:
+            NotFound: the source is unknown (or foreign).
+            ConflictError: the target thread exists (its checkpoints are left as they are).
+        """
+        now = utc_now()
+
+        async def work(conn: AsyncConnection) -> None:
+            owner_query = select(THREADS.c.owner).where(THREADS.c.thread_id == source)
+            visible = self._visible(THREADS.c.thread_id)
+            if visible is not None:
+                owner_query = owner_query.where(visible)
+            found = (await conn.execute(owner_query)).first()
+            if found is None:
+                raise NotFound(f"thread {source!r} not found")
+            ins = _dialects.insert(self._dialect, THREADS).values(
+                thread_id=target, owner=found[0], created_at=now, updated_at=now
+            )
+            created = ins.on_conflict_do_nothing(index_elements=[THREADS.c.thread_id])
+            if (await conn.execute(created.returning(THREADS.c.thread_id))).first() is None:
+                raise ConflictError(f"thread {target!r} already exists")
+            for table in (CHECKPOINTS, CHANNELS, BLOBS, WRITES):
+                names = [c.name for c in table.columns]
+                cols = [
+                    literal(target, type_=table.c.thread_id.type).label("thread_id")
+                    if c.name == "thread_id"
+                    else c
+                    for c in table.columns
+                ]
+                await conn.execute(
+                    table.insert().from_select(
+                        names, select(*cols).where(table.c.thread_id == source)
+                    )
+                )
+
+        await self._run("write", f"copying thread {source!r}", work)
+
+    async def _lock_visible(self, conn: AsyncConnection, thread_ids: Sequence[str]) -> list[str]:
+        """Lock the thread rows (in id order) this view may see; returns their ids."""
+        query = select(THREADS.c.thread_id).where(THREADS.c.thread_id.in_(list(thread_ids)))
+        if self._owner is not None:
+            query = query.where(THREADS.c.owner == self._owner)
+        query = _dialects.for_update(self._dialect, query.order_by(THREADS.c.thread_id))
+        return [r[0] for r in await conn.execute(query)]
+
+    async def _collect_blobs(self, conn: AsyncConnection, thread_id: str, ns: str) -> None:
+        """Delete the namespace's channel values that no remaining checkpoint reads."""
+        listed = select(CHANNELS.c.channel, CHANNELS.c.version).where(
+            CHANNELS.c.thread_id == thread_id, CHANNELS.c.checkpoint_ns == ns
+        )
+        used = {(c, v) for c, v in await conn.execute(listed)}
+        stored = select(BLOBS.c.channel, BLOBS.c.version).where(
+            BLOBS.c.thread_id == thread_id, BLOBS.c.checkpoint_ns == ns
+        )
+        unused = sorted({(c, v) for c, v in await conn.execute(stored)} - used)
+        for chunk in chunks(unused):
+            await conn.execute(
+                delete(BLOBS).where(
+                    BLOBS.c.thread_id == thread_id,
+                    BLOBS.c.checkpoint_ns == ns,
+                    tuple_(BLOBS.c.channel, BLOBS.c.version).in_(list(chunk)),
+                )
+            )
