@@ -40,6 +40,10 @@ class Store(EditableCalls):
     opened on: a call from another loop raises ``HistStoreError`` (open one store per
     loop). After ``close()`` every call, on the store or on any of its views, raises
     ``HistStoreError``.
+
+    ``internals`` is not API: the store's internal context (``_ops.context.Context``), the
+    one way histstore's modules outside the facade (admin, transfer, checkpoints,
+    semantic search) reach its executor and statements, reading no private member.
     """
 
     def __init__(
@@ -60,7 +64,7 @@ class Store(EditableCalls):
             shared = Shared(settings.executor(engine))
         self._shared = shared
         self._executor = shared.executor
-        ctx = self._ctx = Context(shared, settings, owner)
+        ctx = self._ctx = self.internals = Context(shared, settings, owner)
         self._history = History(ctx)
         self._state = State(ctx)
         self._lists = Lists(ctx)
@@ -155,8 +159,8 @@ class Store(EditableCalls):
         action: str,
         conversation: str | None = None,
     ) -> T:
-        """Run SQLAlchemy Core ``work`` in one transaction of ``mode`` (for the storage
-        modules that read with Core: admin, transfer)."""
+        """Run SQLAlchemy Core ``work`` in one transaction of ``mode``. Only tests call
+        it; histstore's modules run through ``internals.executor.run``."""
         return await self._executor.run(work, mode=mode, action=action, conversation=conversation)
 
     def lease(

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeAlias
 
 from ._core.ids import validate_id
-from ._core.models import Message, MessageLike
+from ._core.models import Message, MessageLike, message_data
 from ._editable.entries import Spliced, check_by
 from ._errors import InvalidMessage
 from .turns import (
@@ -121,7 +121,7 @@ def plan_compaction(messages: Sequence[MessageLike], keep_turns: int = 2) -> Com
         else:
             ends[-1] = i + 1
         turn = len(ends) - 1
-        d = m._dict()
+        d = message_data(m)
         for answered in _results(d):
             made = call_turn.get(answered) if _valid_id(answered) else None
             if made is not None and made < turn:
@@ -173,7 +173,7 @@ def summary_message(value: object) -> Message:
         raise InvalidMessage(
             f"summarize must return a str or a Message, not {type(value).__name__}"
         )
-    d = message._dict()
+    d = message_data(message)
     if _calls(d) or _results(d):
         raise InvalidMessage("a summary must not make or answer tool calls")
     return message

@@ -29,7 +29,7 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from ._core.models import Message, MessageLike, as_message
+from ._core.models import Message, MessageLike, as_message, message_data
 from ._errors import InvalidMessage
 
 __all__ = ["Status", "pending_tool_calls", "split_turns", "status", "validate_pairing"]
@@ -117,12 +117,12 @@ def _messages(messages: Iterable[MessageLike]) -> list[Message]:
 
 def _is_system(message: Message) -> bool:
     """Whether the message is a system message (it belongs to no turn)."""
-    return _kind(message._dict()) == _SYSTEM
+    return _kind(message_data(message)) == _SYSTEM
 
 
 def _starts_turn(message: Message) -> bool:
     """Whether the message is a user message that starts a turn."""
-    return _kind(message._dict()) == _USER
+    return _kind(message_data(message)) == _USER
 
 
 def _last_turn_start(messages: Sequence[Message]) -> int:
@@ -144,7 +144,7 @@ def split_turns(messages: Iterable[MessageLike]) -> list[list[Message]]:
     """
     turns: list[list[Message]] = []
     for m in _messages(messages):
-        kind = _kind(m._dict())
+        kind = _kind(message_data(m))
         if kind == _SYSTEM:
             continue
         if kind == _USER or not turns:
@@ -170,7 +170,7 @@ def pending_tool_calls(messages: Iterable[MessageLike]) -> list[dict[str, Any]]:
     msgs = _messages(messages)
     pending: list[tuple[Any, Mapping[str, Any]]] = []
     for m in msgs[_last_turn_start(msgs) :]:
-        d = m._dict()
+        d = message_data(m)
         for answered in _results(d):
             for i, (call_id, _call) in enumerate(pending):
                 if _valid_id(call_id) and call_id == answered:
@@ -195,7 +195,7 @@ def validate_pairing(messages: Iterable[MessageLike]) -> None:
     seen: set[str] = set()
     waiting: dict[str, int] = {}  # call id -> index of the message that made the call
     for index, m in enumerate(_messages(messages)):
-        d = m._dict()
+        d = message_data(m)
         if _kind(d) == _USER and waiting:
             call_id = next(iter(waiting))
             raise InvalidMessage(
@@ -248,7 +248,7 @@ def status(messages: Iterable[MessageLike]) -> Status:
     if pending_tool_calls(msgs):
         return "interrupted"
     for m in reversed(msgs):
-        kind = _kind(m._dict())
+        kind = _kind(message_data(m))
         if kind == _ASSISTANT:
             return "closed"
         if kind in (_USER, _RESULT, _CALL):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import sys
 import uuid
@@ -145,3 +146,9 @@ async def raw_rows(store: histstore.Store, conversation: str) -> dict[str, list[
             rows = (await conn.execute(select(table).where(col == conversation))).all()
             out[table.name] = sorted((tuple(r) for r in rows), key=repr)
     return out
+
+
+def stable_id(value: object) -> str:
+    """A parameter's test id: its ``repr`` without memory addresses, so that every
+    process (each pytest-xdist worker) names the same test alike."""
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))

@@ -12,7 +12,17 @@ from .._errors import InvalidMessage
 from . import codec as _codec
 from .ids import validate_id
 
-__all__ = ["ConversationState", "Message", "MessageLike", "Summary", "WriteOutcome", "as_message"]
+__all__ = [
+    "ConversationState",
+    "Message",
+    "MessageLike",
+    "Summary",
+    "WriteOutcome",
+    "as_message",
+    "decoded_message",
+    "message_data",
+    "stored_message",
+]
 
 
 class Message:
@@ -48,40 +58,7 @@ class Message:
     author: str | None
 
     def __init__(self, role: str, content: Any = None, /, **fields: Any) -> None:
-        self._init({"role": role, "content": content, **fields})
-
-    def _init(self, data: Mapping[str, Any], *, decoded: bool = False) -> None:
-        if type(data) is not dict and not isinstance(data, Mapping):
-            raise InvalidMessage(f"a message must be a JSON object, not {type(data).__name__}")
-        role = data.get("role")
-        if not isinstance(role, str) and ("role" in data or not isinstance(data.get("type"), str)):
-            raise InvalidMessage("a message needs a string 'role' or 'type'")
-        copy: Any
-        if decoded and type(data) is dict:
-            text, size = _codec.encode_decoded(data, what="message")
-            copy = data
-        else:
-            text, copy, size = _codec.encode(
-                data if type(data) is dict else dict(data), what="message"
-            )
-        set_ = object.__setattr__
-        set_(self, "_text", text)
-        set_(self, "_data", copy)
-        set_(self, "_size", size)
-        set_(self, "position", None)
-        set_(self, "entry_id", None)
-        set_(self, "author", None)
-        set_(self, "_created", None)
-        set_(self, "_created_raw", None)
-
-    @classmethod
-    def _from_decoded(cls, data: Any) -> Message:
-        """A message from a value ``json.loads`` made and hands over (it is kept, not
-        copied): the same checks as ``from_dict`` but the round trip, which cannot
-        change such a value."""
-        message = cls.__new__(cls)
-        message._init(data, decoded=True)
-        return message
+        _fill(self, {"role": role, "content": content, **fields})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Message:
@@ -92,7 +69,7 @@ class Message:
                 ``type``, or does not survive a JSON round trip unchanged.
         """
         self = cls.__new__(cls)
-        self._init(data)
+        _fill(self, data)
         return self
 
     @classmethod
@@ -125,25 +102,8 @@ class Message:
         entry_id: int | None = None,
         author: str | None = None,
     ) -> Message:
-        """A message read back from the database (its text was validated when written).
-
-        ``created_at`` is converted by ``convert`` (the column's result processor) only
-        when it is first looked at.
-        """
-        self = cls.__new__(cls)
-        _set_text(self, text)
-        _set_data(self, None)
-        _set_size(self, -1)
-        _set_position(self, position)
-        _set_entry_id(self, entry_id)
-        _set_author(self, author)
-        if convert is None:
-            _set_created(self, created_at)
-            _set_created_raw(self, None)
-        else:
-            _set_created(self, None)
-            _set_created_raw(self, (convert, created_at))
-        return self
+        """``stored_message`` (kept for the tests that still name it)."""
+        return stored_message(text, position, created_at, convert, entry_id, author)
 
     @property
     def created_at(self) -> datetime | None:
@@ -154,24 +114,17 @@ class Message:
             object.__setattr__(self, "_created_raw", None)
         return self._created
 
-    def _dict(self) -> dict[str, Any]:
-        data = self._data
-        if data is None:
-            data = _codec.decode(self._text)
-            object.__setattr__(self, "_data", data)
-        return data
-
     @property
     def role(self) -> str:
         """The message's ``role``, else its ``type``."""
-        d = self._dict()
+        d = message_data(self)
         role = d.get("role")
         return role if isinstance(role, str) else str(d["type"])
 
     @property
     def content(self) -> Any:
         """The message's ``content`` (a fresh copy), or ``None`` when it has none."""
-        content = self._dict().get("content")
+        content = message_data(self).get("content")
         if isinstance(content, (dict, list)):
             return _codec.decode(_codec.encode(content)[0])
         return content
@@ -185,7 +138,7 @@ class Message:
 
     def get(self, key: str, default: Any = None) -> Any:
         """A top-level field of the message (a fresh copy), or ``default``."""
-        d = self._dict()
+        d = message_data(self)
         if key not in d:
             return default
         value = d[key]
@@ -204,7 +157,7 @@ class Message:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Message):
             return NotImplemented
-        return self._text == other._text or self._dict() == other._dict()
+        return self._text == other._text or message_data(self) == message_data(other)
 
     def __hash__(self) -> int:
         return hash(self.role)
@@ -217,7 +170,7 @@ class Message:
 
     def __repr__(self) -> str:
         where = "" if self.position is None else f", position={self.position}"
-        return f"Message({self._dict()!r}{where})"
+        return f"Message({message_data(self)!r}{where})"
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
@@ -226,10 +179,16 @@ class Message:
         )
 
 
-# Slot setters, bypassing the immutability guard (faster than object.__setattr__).
+# Slot setters, bypassing the immutability guard (faster than object.__setattr__), and
+# the getters the functions below read a message's private slots with.
 def _slot_setter(name: str) -> Callable[[Message, Any], None]:
     setter: Callable[[Message, Any], None] = Message.__dict__[name].__set__
     return setter
+
+
+def _slot_getter(name: str) -> Callable[[Message], Any]:
+    getter: Callable[[Message], Any] = Message.__dict__[name].__get__
+    return getter
 
 
 _set_text = _slot_setter("_text")
@@ -240,6 +199,79 @@ _set_entry_id = _slot_setter("entry_id")
 _set_author = _slot_setter("author")
 _set_created = _slot_setter("_created")
 _set_created_raw = _slot_setter("_created_raw")
+_get_text = _slot_getter("_text")
+_get_data = _slot_getter("_data")
+
+
+def _fill(message: Message, data: Mapping[str, Any], *, decoded: bool = False) -> None:
+    """Check ``data`` and make ``message`` (fresh from ``__new__``) hold it."""
+    if type(data) is not dict and not isinstance(data, Mapping):
+        raise InvalidMessage(f"a message must be a JSON object, not {type(data).__name__}")
+    role = data.get("role")
+    if not isinstance(role, str) and ("role" in data or not isinstance(data.get("type"), str)):
+        raise InvalidMessage("a message needs a string 'role' or 'type'")
+    copy: Any
+    if decoded and type(data) is dict:
+        text, size = _codec.encode_decoded(data, what="message")
+        copy = data
+    else:
+        text, copy, size = _codec.encode(data if type(data) is dict else dict(data), what="message")
+    _set_text(message, text)
+    _set_data(message, copy)
+    _set_size(message, size)
+    _set_position(message, None)
+    _set_entry_id(message, None)
+    _set_author(message, None)
+    _set_created(message, None)
+    _set_created_raw(message, None)
+
+
+def decoded_message(data: Any) -> Message:
+    """A message from a value ``json.loads`` made and hands over (it is kept, not
+    copied): the same checks as ``Message.from_dict`` but the round trip, which cannot
+    change such a value."""
+    message = Message.__new__(Message)
+    _fill(message, data, decoded=True)
+    return message
+
+
+def stored_message(
+    text: str,
+    position: int | None,
+    created_at: Any,
+    convert: Callable[[Any], datetime | None] | None = None,
+    entry_id: int | None = None,
+    author: str | None = None,
+) -> Message:
+    """A message read back from the database (its text was validated when written).
+
+    ``created_at`` is converted by ``convert`` (the column's result processor) only when
+    it is first looked at.
+    """
+    message = Message.__new__(Message)
+    _set_text(message, text)
+    _set_data(message, None)
+    _set_size(message, -1)
+    _set_position(message, position)
+    _set_entry_id(message, entry_id)
+    _set_author(message, author)
+    if convert is None:
+        _set_created(message, created_at)
+        _set_created_raw(message, None)
+    else:
+        _set_created(message, None)
+        _set_created_raw(message, (convert, created_at))
+    return message
+
+
+def message_data(message: Message) -> dict[str, Any]:
+    """The message's JSON object, decoded once and then kept on the message: its own
+    dict, not a copy, for histstore's readers (never change it; ``to_dict()`` copies)."""
+    data: dict[str, Any] | None = _get_data(message)
+    if data is None:
+        data = _codec.decode(_get_text(message))
+        _set_data(message, data)
+    return data
 
 
 def _unpickle(
@@ -249,7 +281,7 @@ def _unpickle(
     entry_id: int | None = None,
     author: str | None = None,
 ) -> Message:
-    return Message._stored(text, position, created_at, None, entry_id, author)
+    return stored_message(text, position, created_at, None, entry_id, author)
 
 
 MessageLike = Message | Mapping[str, Any]

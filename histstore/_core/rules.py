@@ -17,8 +17,7 @@ from typing import Any
 
 from .._errors import InvalidMessage
 from . import codec as _codec
-from .models import Message, Summary, as_message
-from .search_text import indexed_text
+from .models import Message, Summary, as_message, decoded_message
 
 __all__ = [
     "MAX_BIGINT",
@@ -166,34 +165,13 @@ class Batch:
     """A validated batch of messages, ready to be stored.
 
     ``times`` are the messages' own creation times (import and ``save`` keep them) or
-    ``None`` where the store's clock decides.
+    ``None`` where the store's clock decides. Its rows: ``_storage.rows.batch_rows``.
     """
 
     messages: list[Message]
     tokens: list[int | None]
     digest: str
     times: list[datetime | None] | None = None
-
-    def rows(
-        self, conversation: str, first: int, now: datetime, skip: int = 0, *, first_entry: int
-    ) -> list[dict[str, Any]]:
-        """Message rows for ``messages[skip:]``, placed from position ``first`` on, as
-        new entries (no author) with the ids from ``first_entry`` on."""
-        times = self.times
-        return [
-            {
-                "conversation_id": conversation,
-                "position": first + i,
-                "entry_id": first_entry + i,
-                "author": None,
-                "role": role_key(m.role),
-                "data": m._text,
-                "token_count": self.tokens[skip + i],
-                "created_at": (times[skip + i] if times is not None else None) or now,
-                "search_text": indexed_text(m),
-            }
-            for i, m in enumerate(self.messages[skip:])
-        ]
 
 
 def prepare_batch(
@@ -221,7 +199,7 @@ def prepare_batch(
     messages: list[Message] = []
     for i, m in enumerate(items):
         try:
-            message = Message._from_decoded(m) if decoded and type(m) is dict else as_message(m)
+            message = decoded_message(m) if decoded and type(m) is dict else as_message(m)
         except InvalidMessage as exc:
             raise InvalidMessage(
                 f"message {i} of the batch for conversation {conversation!r}: {exc}"
@@ -263,7 +241,7 @@ def prepare_batch(
                     ),
                 )
             stamps.append(last[1])
-    return Batch(messages, counts, _codec.digest(m._text for m in messages), stamps)
+    return Batch(messages, counts, _codec.digest(m.to_json() for m in messages), stamps)
 
 
 def _refused_count(conversation: str, value: object, i: int) -> int | None:

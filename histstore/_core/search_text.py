@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import InvalidMessage
-from .models import Message
+from .models import Message, message_data
 
 __all__ = ["TEXT_BLOCKS", "Hit", "indexed_text", "parse_query"]
 
@@ -55,7 +55,7 @@ def indexed_text(message: Message | Mapping[str, Any]) -> str | None:
     other binary data, reasoning items. A NUL in the text becomes a space (no database
     text column holds one; it separates words either way).
     """
-    d = message._dict() if isinstance(message, Message) else message
+    d = message_data(message) if isinstance(message, Message) else message
     if type(d) is not dict:  # JSON objects are dicts from here on
         d = dict(d)
     content = d.get("content")

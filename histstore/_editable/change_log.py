@@ -20,7 +20,7 @@ from .._core import codec as _codec
 from .._errors import ConflictError, HistStoreError, InvalidMessage
 from .changes import Change
 from .entries import Entry
-from .fold import State
+from .fold import EditableState
 
 __all__ = ["Logged", "encode", "logged", "rebuild", "written"]
 
@@ -102,7 +102,7 @@ def rebuild(conversation: str, current: Sequence[Entry], log: Sequence[Logged]) 
         entries[start : start + rec.added] = change.removed
     if entries:
         raise _damaged(conversation)
-    state = State()
+    state = EditableState()
     out: list[Change] = []
     try:
         for rec, new in zip(log, added, strict=True):

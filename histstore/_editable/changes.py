@@ -124,10 +124,12 @@ class Change:
         return cls("write", author, added=tuple(entries))
 
     @classmethod
-    def pop(cls, entry: Entry, *, moved: Iterable[Move] = ()) -> Change:
+    def pop(cls, entry: Entry, *, moved: Iterable[Move] = (), halted: str | None = None) -> Change:
         """A plain pop: ``entry`` (with its id) removed from the end; ``moved`` may list the
-        asides that followed it and now follow the entry before it."""
-        return cls("pop", removed=(entry,), moved=tuple(moved))
+        asides that followed it and now follow the entry before it; ``halted``, the halt
+        the conversation had, which the pop clears."""
+        halt = None if halted is None else (halted, None)
+        return cls("pop", removed=(entry,), moved=tuple(moved), halt=halt)
 
     def stamped(self, revision: int, at: datetime) -> Change:
         """This change as a store keeps it: at ``revision``, made ``at``; entries and a turn

@@ -1,7 +1,7 @@
 """``Conversation``: a conversation as an editable value that records every edit.
 
 The value does no I/O. Each edit that changes something builds one ``Change``, applies it
-with ``State.apply`` (the code a fold uses) and keeps it in the outbox (``unsaved``);
+with ``EditableState.apply`` (the code a fold uses) and keeps it in the outbox (``unsaved``);
 an edit that changes nothing records nothing. Bad input raises ``InvalidMessage`` and
 leaves the value and its outbox as they were.
 
@@ -21,7 +21,7 @@ from .._core.models import MessageLike, as_message
 from .._errors import ConflictError, InvalidMessage
 from .changes import Change, first_touched
 from .entries import AsideState, Entry, Spliced, TurnRecord, check_by
-from .fold import eid
+from .fold import EditableState, eid
 from .reading import EditableBase
 from .splice_plan import aside_ops, clamp, differing_range, plan_normalize, plan_splice, to_entries
 
@@ -210,9 +210,12 @@ class Conversation(EditableBase):
         return True
 
     # ------------------------------------------------------------------ for a store
+    # What a store's programs (``_ops.editing``) need of a value. Public names so they
+    # touch no private member; not part of the documented API (``Store.edit``,
+    # ``Store.commit`` and ``Store.refresh`` are how a caller reaches them).
 
     @classmethod
-    def _load(
+    def from_store(
         cls,
         conversation_id: str,
         *,
@@ -224,23 +227,34 @@ class Conversation(EditableBase):
         next_entry_id: int,
         next_aside_id: int,
     ) -> Conversation:
-        """A value as a store holds it (the parts are trusted)."""
+        """A value as a store holds it at ``revision``, with no unsaved changes (the
+        parts are trusted: nothing is checked)."""
         conv = cls(conversation_id)
-        state = conv._state
-        state.entries = list(entries)
-        state._index = None
-        state.asides = dict(asides)
-        state.halted = halted
-        state.turns = list(turns)
-        state.next_entry = next_entry_id
-        state.next_aside = next_aside_id
+        conv._state = EditableState.of(entries, asides, halted, turns, next_entry_id, next_aside_id)
         conv._revision = revision
         return conv
 
-    def _saved_as(self, changes: Sequence[Change]) -> None:
-        """Adopt ``changes``, the outbox as a store kept it (``Change.stamped``): the
-        revision becomes the last one's, the outbox empties, and the entries and turn
-        records these changes made take their times."""
+    @property
+    def edit_state(self) -> EditableState:
+        """The state as edited now, unsaved changes applied. The live object: a reader
+        must not change it."""
+        return self._state
+
+    @property
+    def saved_state(self) -> EditableState:
+        """The state at ``revision``, before the unsaved changes (the one a commit
+        writes the difference from). The live object: a reader must not change it."""
+        return self._state if self._saved is None else self._saved
+
+    def take_stored(self, fresh: Conversation) -> None:
+        """Become ``fresh``, this conversation as a store has just loaded it: its state
+        and revision. Call only when ``unsaved`` is empty (the caller checks)."""
+        self._state, self._revision, self._saved = fresh._state, fresh._revision, None
+
+    def mark_saved(self, changes: Sequence[Change]) -> None:
+        """Adopt ``changes``, the outbox as a store kept it (``Change.stamped``, in
+        order): the revision becomes the last one's, the outbox empties, and the entries
+        and turn records these changes made take their times."""
         times = {eid(e): e.created_at for c in changes for e in c.added}
         state = self._state
         low = first_touched(changes)

@@ -114,10 +114,11 @@ class Entry:
         set_(self, "created_at", check_time(created_at, what="created_at"))
 
     @classmethod
-    def _stored(
+    def from_store(
         cls, message: Message, entry_id: int, author: str | None, created_at: datetime | None
     ) -> Entry:
-        """An entry as a store holds it (its parts were checked when it was stored)."""
+        """An entry as a store holds it, for a store's programs: the parts are trusted
+        (they were checked when it was stored), so nothing is checked again."""
         entry = cls.__new__(cls)
         set_ = object.__setattr__
         set_(entry, "message", message)

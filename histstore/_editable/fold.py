@@ -1,20 +1,21 @@
 """The state of an editable conversation and the one function that applies a change to it.
 
-Live edits and folds both go through ``State.apply``, so a value folded from its change
+Live edits and folds both go through ``EditableState.apply``, so a value folded from its change
 records equals the live one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from .. import turns
 from .._errors import ConflictError
+from ..turns import _starts_turn
 from .changes import Change, Move
 from .entries import AsideState, Entry, TurnRecord
 
-__all__ = ["State", "eid"]
+__all__ = ["EditableState", "eid"]
 
 
 def eid(entry: Entry) -> int:
@@ -23,8 +24,9 @@ def eid(entry: Entry) -> int:
     return entry.entry_id
 
 
-class State:
-    """Entries, asides, halt, turn records and the next ids of one conversation.
+class EditableState:
+    """What an editable conversation holds: entries, asides, halt, turn records and the
+    next ids. Changes fold into it (``apply``).
 
     Entry and aside ids are handed out from ``next_entry`` and ``next_aside``, which
     only grow, so an id is never given twice.
@@ -41,17 +43,32 @@ class State:
         self.next_entry = 1
         self.next_aside = 1
 
-    def copy(self) -> State:
+    @classmethod
+    def of(
+        cls,
+        entries: Sequence[Entry],
+        asides: Mapping[int, AsideState],
+        halted: str | None,
+        turn_records: Sequence[TurnRecord],
+        next_entry: int,
+        next_aside: int,
+    ) -> EditableState:
+        """A state holding copies of these parts (trusted: nothing is checked)."""
+        state = cls()
+        state.entries = list(entries)
+        state._index = None
+        state.asides = dict(asides)
+        state.halted = halted
+        state.turns = list(turn_records)
+        state.next_entry = next_entry
+        state.next_aside = next_aside
+        return state
+
+    def copy(self) -> EditableState:
         """A copy that later edits of either leave alone (the parts are immutable)."""
-        other = State()
-        other.entries = list(self.entries)
-        other._index = None
-        other.asides = dict(self.asides)
-        other.halted = self.halted
-        other.turns = list(self.turns)
-        other.next_entry = self.next_entry
-        other.next_aside = self.next_aside
-        return other
+        return self.of(
+            self.entries, self.asides, self.halted, self.turns, self.next_entry, self.next_aside
+        )
 
     def position(self, entry_id: int) -> int | None:
         """Where entry ``entry_id`` stands now, or ``None``."""
@@ -64,7 +81,7 @@ class State:
         """``turns.status`` of the messages, read from where the newest turn starts."""
         entries = self.entries
         i = len(entries) - 1
-        while i > 0 and not turns._starts_turn(entries[i].message):
+        while i > 0 and not _starts_turn(entries[i].message):
             i -= 1
         return turns.status([e.message for e in entries[max(i, 0) :]])
 
@@ -73,7 +90,7 @@ class State:
         end the conversation (what it answers), else the next entry made."""
         found: int | None = None
         for e in reversed(self.entries):
-            if not turns._starts_turn(e.message):
+            if not _starts_turn(e.message):
                 break
             found = e.entry_id
         return self.next_entry if found is None else found

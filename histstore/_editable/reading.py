@@ -24,7 +24,7 @@ from .entries import (
     check_usage,
     make_aside_state,
 )
-from .fold import State, eid
+from .fold import EditableState, eid
 
 __all__ = ["EditableBase"]
 
@@ -36,10 +36,10 @@ class EditableBase:
 
     def __init__(self, conversation_id: str | None = None) -> None:
         self._id = None if conversation_id is None else validate_id(conversation_id)
-        self._state = State()
+        self._state = EditableState()
         self._revision = 0
         self._outbox: list[Change] = []
-        self._saved: State | None = None
+        self._saved: EditableState | None = None
 
     # ------------------------------------------------------------------ reading
 

@@ -8,11 +8,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .. import turns
-from .._core.models import Message
+from .._core.models import Message, message_data
 from .._errors import InvalidMessage
+from ..turns import _calls, _results, _role, _valid_id
 from .entries import AsideOp, AsideState, Entry, Spliced, check_count
-from .fold import State
+from .fold import EditableState
 
 __all__ = ["aside_ops", "clamp", "differing_range", "plan_normalize", "plan_splice", "to_entries"]
 
@@ -39,7 +39,7 @@ def clamp(start: object, stop: object, length: int) -> tuple[int, int]:
 
 
 def plan_splice(
-    state: State,
+    state: EditableState,
     start: int,
     stop: int,
     items: Sequence[Entry],
@@ -122,10 +122,10 @@ def plan_normalize(entries: Sequence[Entry]) -> tuple[list[Entry], list[int]]:
     out: list[Entry] = []
     touched: list[int] = []
     for entry in entries:
-        d = entry.message._dict()
+        d = message_data(entry.message)
         keep: list[bool] = []
-        for answered in turns._results(d):
-            ok = turns._valid_id(answered) and answered in pending
+        for answered in _results(d):
+            ok = _valid_id(answered) and answered in pending
             if ok:
                 pending.discard(answered)
             keep.append(ok)
@@ -134,12 +134,12 @@ def plan_normalize(entries: Sequence[Entry]) -> tuple[list[Entry], list[int]]:
         else:
             assert entry.entry_id is not None
             touched.append(entry.entry_id)
-            if turns._role(d) == "user":
+            if _role(d) == "user":
                 message = _without_results(d, keep)
                 if message is not None:
                     out.append(replace(entry, message=message))
-        for call_id, _call in turns._calls(d):
-            if turns._valid_id(call_id):
+        for call_id, _call in _calls(d):
+            if _valid_id(call_id):
                 pending.add(call_id)
     return out, touched
 

@@ -16,6 +16,8 @@ from .._errors import NotFound
 from .._storage import schema as s
 from .._storage.engine import SqliteSettings
 from .._storage.executor import Executor
+from .._storage.statements.checkpoints import CheckpointStatements
+from .._storage.statements.semantic import SemanticStatements
 from .._storage.statements.store import Statements
 
 __all__ = ["Context", "Shared", "StoreSettings"]
@@ -46,10 +48,13 @@ class StoreSettings:
 @dataclass
 class Shared:
     """What a store and its scoped views share: the executor and the statements
-    (compiled once per engine, not per view)."""
+    (compiled once per engine, not per view; those of the semantic index and the
+    checkpoint storage when first asked for)."""
 
     executor: Executor
     _statements: dict[bool, Statements] = field(default_factory=dict)
+    _semantic: dict[bool, SemanticStatements] = field(default_factory=dict)
+    _checkpoints: dict[bool, CheckpointStatements] = field(default_factory=dict)
     lease_released: dict[str, asyncio.Event] = field(default_factory=dict)
     """Wakes this process's lease waiters when a lease on a conversation is released."""
     lease_queues: dict[str, Any] = field(default_factory=dict)
@@ -60,6 +65,20 @@ class Shared:
         sql = self._statements.get(scoped)
         if sql is None:
             sql = self._statements[scoped] = Statements(self.executor.driver, scoped)
+        return sql
+
+    def semantic_statements(self, scoped: bool) -> SemanticStatements:
+        """The semantic index's statements of a whole store or of a user's view."""
+        sql = self._semantic.get(scoped)
+        if sql is None:
+            sql = self._semantic[scoped] = SemanticStatements(self.executor.driver, scoped)
+        return sql
+
+    def checkpoint_statements(self, scoped: bool) -> CheckpointStatements:
+        """The checkpoint storage's statements of a whole store or of a user's view."""
+        sql = self._checkpoints.get(scoped)
+        if sql is None:
+            sql = self._checkpoints[scoped] = CheckpointStatements(self.executor.dialect, scoped)
         return sql
 
 

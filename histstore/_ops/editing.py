@@ -13,34 +13,31 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, TypeVar
 
 from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.ids import validate_id
-from .._core.models import Message
+from .._core.models import Message, stored_message
 from .._core.search_text import indexed_text
-from .._editable.change_log import Logged, encode, logged, rebuild, written
+from .._editable.change_log import Logged, logged, rebuild, written
 from .._editable.changes import Change, first_touched
 from .._editable.conversation import Conversation
 from .._editable.entries import AsideState, Entry, TurnRecord, check_by
-from .._editable.fold import State, eid
+from .._editable.fold import EditableState, eid
 from .._errors import ConflictError, HistStoreError, InvalidMessage, NotFound
+from .._storage import rows as _rows
 from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback, Step
 from .context import Context, not_found
 
-__all__ = ["Editing", "Plan", "load", "message_row", "persist", "plan", "stored_entries"]
+__all__ = ["CommitWrites", "Editing", "commit_writes", "load", "persist", "stored_entries"]
 
 T = TypeVar("T")
 Steps = Generator[Step, Any, T]
 
 _LARGE = 1000
 """Commits that may write more message rows than this are planned off the event loop."""
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def load(ctx: Context, conversation: str, *, lock: bool = False) -> Steps[Conversation | None]:
@@ -69,7 +66,7 @@ def load(ctx: Context, conversation: str, *, lock: bool = False) -> Steps[Conver
         )
         for r in got
     ]
-    return Conversation._load(
+    return Conversation.from_store(
         conversation,
         revision=int(revision),
         entries=entries,
@@ -86,7 +83,8 @@ def stored_entries(ctx: Context, rows: Iterable[Sequence[Any]]) -> list[Entry]:
     reads them."""
     time = ctx.sql.created_at or _same
     return [
-        Entry._stored(Message._stored(r[0], None, None), int(r[3]), r[4], time(r[2])) for r in rows
+        Entry.from_store(stored_message(r[0], None, None), int(r[3]), r[4], time(r[2]))
+        for r in rows
     ]
 
 
@@ -108,33 +106,34 @@ def log(
     return rebuild(conversation, entries, [records[i] for i in range(1, revision + 1)])
 
 
-def message_row(
+def _entry_row(
     ctx: Context, conversation: str, position: int, entry: Entry, now: datetime
 ) -> dict[str, Any]:
-    """The messages-table row of ``entry`` at ``position``."""
+    """The messages-table row of ``entry`` at ``position`` (counted by the store's
+    ``count_tokens``; made ``now`` when the entry has no time)."""
     m = entry.message
     count = ctx.settings.count_tokens
-    return {
-        "conversation_id": conversation,
-        "position": position,
-        "role": _rules.role_key(m.role),
-        "data": m._text,
-        "token_count": None
+    return _rows.message_row(
+        conversation,
+        position,
+        role=_rules.role_key(m.role),
+        data=m.to_json(),
+        token_count=None
         if count is None
         else _rules.counted(count, m, conversation, f"the message at position {position}"),
-        "created_at": entry.created_at or now,
-        "search_text": indexed_text(m),
-        "entry_id": eid(entry),
-        "author": entry.author,
-    }
+        created_at=entry.created_at or now,
+        search_text=indexed_text(m),
+        entry_id=eid(entry),
+        author=entry.author,
+    )
 
 
 @dataclass
-class Plan:
+class CommitWrites:
     """What a commit writes besides the change records: the conversation row's new
     state, the message rows of ``[start, stop)`` (``cut``: the rows deleted first, the
     range or, when the length changed, everything from ``start``), and the asides and
-    turn records that changed. Made off the database (``plan``)."""
+    turn records that changed. Made off the database (``commit_writes``)."""
 
     row: dict[str, Any]
     start: int
@@ -146,14 +145,14 @@ class Plan:
     turns: list[dict[str, Any]]
 
 
-def plan(
+def commit_writes(
     ctx: Context,
     conversation: str,
-    before: State,
-    after: State,
+    before: EditableState,
+    after: EditableState,
     changes: Sequence[Change],
     now: datetime,
-) -> Plan:
+) -> CommitWrites:
     """The writes that turn ``before`` (the stored state at the revision the value
     continues) into ``after`` by ``changes``: only what differs. The entries before the
     first position the changes touch are not looked at.
@@ -164,8 +163,6 @@ def plan(
     old, new = before.entries, after.entries
     top = min(len(old), len(new))
     p = min(first_touched(changes) or 0, top)
-    while p < top and old[p] == new[p]:
-        p += 1
     while p < top and old[p] == new[p]:
         p += 1
     stop = len(new)
@@ -191,7 +188,7 @@ def plan(
         for aside_id, state in sorted(after.asides.items())
         if before.asides.get(aside_id) != state
     ]
-    return Plan(
+    return CommitWrites(
         row={
             "length": len(new),
             "next_entry": after.next_entry,
@@ -201,7 +198,7 @@ def plan(
         start=p,
         stop=stop,
         cut=cut,
-        rows=[message_row(ctx, conversation, i, new[i], now) for i in range(p, stop)],
+        rows=[_entry_row(ctx, conversation, i, new[i], now) for i in range(p, stop)],
         gone_asides=sorted(before.asides.keys() - after.asides.keys()),
         asides=asides,
         turns=[
@@ -213,10 +210,11 @@ def plan(
 
 
 def persist(
-    ctx: Context, conversation: str, work: Plan, changes: Sequence[Change], now: datetime
+    ctx: Context, conversation: str, work: CommitWrites, changes: Sequence[Change], now: datetime
 ) -> Program[int]:
-    """The program that stores ``changes`` (stamped, the first at the stored revision
-    + 1) and ``work``, what they do; returns the new revision.
+    """The program that stores ``changes`` (stamped ``now`` at consecutive revisions,
+    the first at the stored revision + 1) and ``work``, what they do; returns the new
+    revision.
 
     Raises:
         ConflictError: the stored revision is not the one the changes continue.
@@ -247,17 +245,7 @@ def persist(
         yield EXECUTE_MANY, edit.put_aside, work.asides
     if work.turns:
         yield EXECUTE_MANY, edit.put_turn, work.turns
-    records = [
-        {
-            "conversation_id": c,
-            "revision": change.revision,
-            "kind": change.kind,
-            "author": change.author,
-            "at": now,
-            "record": encode(change),
-        }
-        for change in changes
-    ]
+    records = [_rows.change_row(c, first + i, change, now) for i, change in enumerate(changes)]
     yield EXECUTE_MANY, edit.insert_change, records
     return revision
 
@@ -295,26 +283,27 @@ class Editing:
         if conv.unsaved:
             raise ConflictError(f"conversation {cid!r}: the value has unsaved changes")
         fresh = await self.edit(cid)
-        conv._state, conv._revision, conv._saved = fresh._state, fresh._revision, None
+        conv.take_stored(fresh)
 
     async def commit(self, conv: Conversation) -> int:
         cid = _conversation_of(conv)
-        outbox = list(conv._outbox)
+        outbox = conv.unsaved
         if not outbox:
             self._ctx.executor.check()
             return conv.revision
-        before = conv._saved if conv._saved is not None else State()
-        after = conv._state
-        now = _now()
+        before, after = conv.saved_state, conv.edit_state
+        now = _rows.now()
         stamped = [c.stamped(conv.revision + i + 1, now) for i, c in enumerate(outbox)]
         low = first_touched(stamped)
         if low is not None and len(after.entries) - low > _LARGE:
-            work = await asyncio.to_thread(plan, self._ctx, cid, before, after, stamped, now)
+            work = await asyncio.to_thread(
+                commit_writes, self._ctx, cid, before, after, stamped, now
+            )
         else:
-            work = plan(self._ctx, cid, before, after, stamped, now)
+            work = commit_writes(self._ctx, cid, before, after, stamped, now)
         program = persist(self._ctx, cid, work, stamped, now)
         revision = await self._ctx.executor.write(program, action="commit", conversation=cid)
-        conv._saved_as(stamped)
+        conv.mark_saved(stamped)
         return revision
 
     async def changes(self, conversation: str, since: int, limit: int | None) -> list[Change]:
@@ -327,7 +316,7 @@ class Editing:
             value = yield from load(ctx, conversation)
             if value is None or value.revision <= since:
                 return []
-            records = yield from log(ctx, conversation, value._state.entries, value.revision)
+            records = yield from log(ctx, conversation, value.edit_state.entries, value.revision)
             end = None if top is None else since + top
             return records[since:end]
 
@@ -353,14 +342,14 @@ class Editing:
                 raise not_revision(conversation, revision)
             if revision == current:
                 return Rollback(current)
-            records = yield from log(ctx, conversation, value._state.entries, current)
+            records = yield from log(ctx, conversation, value.edit_state.entries, current)
             target = Conversation.fold(records[:revision])
             if not value.revert_to(target, by=by):
                 return Rollback(current)
-            now = _now()
-            stamped = [c.stamped(current + 1, now) for c in value._outbox]
-            assert value._saved is not None
-            work = plan(ctx, conversation, value._saved, value._state, stamped, now)
+            now = _rows.now()
+            stamped = [c.stamped(current + 1, now) for c in value.unsaved]
+            before, after = value.saved_state, value.edit_state
+            work = commit_writes(ctx, conversation, before, after, stamped, now)
             return (yield from persist(ctx, conversation, work, stamped, now))
 
         return await ctx.executor.write(program(), action="revert", conversation=conversation)
@@ -378,7 +367,7 @@ class Editing:
         if not rows:
             return None
         r = rows[0]
-        return Message._stored(r[0], r[1], r[2], ctx.sql.created_at, r[3], r[4])
+        return stored_message(r[0], r[1], r[2], ctx.sql.created_at, r[3], r[4])
 
 
 def _conversation_of(conv: object) -> str:

@@ -12,16 +12,16 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Generator, Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.ids import validate_id
-from .._core.models import Message, MessageLike, WriteOutcome
-from .._editable.change_log import encode
+from .._core.models import Message, MessageLike, WriteOutcome, stored_message
 from .._editable.changes import Change
 from .._errors import ConflictError, HistStoreError, InvalidMessage, WriteError
+from .._storage import rows as _rows
 from .._storage.dberrors import DatabaseFailure
 from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback, Step
 from .context import Context, not_found
@@ -31,10 +31,6 @@ from .settle import was_stored
 __all__ = ["ZERO", "History", "delete_conversation"]
 
 ZERO = WriteOutcome(0, False, None)
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def delete_conversation(ctx: Context, conversation: str) -> Generator[Step, Any, None]:
@@ -85,7 +81,7 @@ class History:
         """Messages from ``(data, position, created_at, entry_id, author)`` rows fetched
         by the driver."""
         convert = self._ctx.sql.created_at
-        return [Message._stored(r[0], r[1], r[2], convert, r[3], r[4]) for r in rows]
+        return [stored_message(r[0], r[1], r[2], convert, r[3], r[4]) for r in rows]
 
     async def count(self, conversation: str) -> int:
         validate_id(conversation)
@@ -190,11 +186,11 @@ class History:
         ctx = self._ctx
         assert ctx.sql.append_one is not None
         n = len(batch.messages)
-        rows = batch.rows(conversation, 0, _now(), first_entry=1)
+        rows = _rows.batch_rows(batch, conversation, 0, _rows.now(), first_entry=1)
         params = ctx.params(
             conversation,
             n=n,
-            now=_now(),
+            now=_rows.now(),
             key=key,
             digest=batch.digest,
             roles=[r["role"] for r in rows],
@@ -214,7 +210,7 @@ class History:
         ctx = self._ctx
         sql = ctx.sql
         n = len(batch.messages)
-        now = _now()
+        now = _rows.now()
         params = ctx.params(conversation, n=n, now=now)
         rows: Any = None  # an empty batch changes nothing: no change record
         if n and at is None:
@@ -259,7 +255,7 @@ class History:
             range_ = {"c": conversation, "start": at, "stop": at + overlap}
             stored = yield FETCH, sql.stored_range, range_
             for i, (text, position) in enumerate(stored):
-                if Message._stored(text, position, None) != batch.messages[i]:
+                if stored_message(text, position, None) != batch.messages[i]:
                     raise ConflictError(
                         f"write to conversation {conversation!r} at {at}: message"
                         f" {at + i} differs from the one stored",
@@ -310,7 +306,7 @@ class History:
         now: datetime,
         first_entry: int,
     ) -> Generator[Step, Any, None]:
-        rows = batch.rows(conversation, first, now, skip, first_entry=first_entry)
+        rows = _rows.batch_rows(batch, conversation, first, now, skip, first_entry=first_entry)
         if len(rows) == 1:
             yield EXECUTE, self._ctx.sql.insert_messages, rows[0]
         elif rows:
@@ -327,7 +323,7 @@ class History:
         if not same and count == n:
             range_ = {"c": conversation, "start": position, "stop": position + count}
             stored = yield FETCH, self._ctx.sql.stored_range, range_
-            same = [Message._stored(t, p, None) for t, p in stored] == batch.messages
+            same = [stored_message(t, p, None) for t, p in stored] == batch.messages
         if not same:
             raise ConflictError(
                 f"idempotency key already used for another batch in conversation {conversation!r}",
@@ -357,25 +353,13 @@ class History:
             if next_aside > 1:  # asides were put: those after the popped entry move back
                 got = yield FETCH, edit.move_asides, {**c, "popped": entry_id}
                 moved = sorted((int(a), entry_id, after) for a, after in got)
-            now = _now()
+            now = _rows.now()
             yield EXECUTE, edit.popped, {"c": conversation, "now": now}
             (entry,) = stored_entries(ctx, rows)
-            change = Change(
-                "pop",
-                removed=(entry,),
-                moved=tuple(moved),
-                halt=None if halted is None else (halted, None),
-            )
-            record = {
-                "conversation_id": conversation,
-                "revision": int(revision) + 1,
-                "kind": "pop",
-                "author": None,
-                "at": now,
-                "record": encode(change),
-            }
+            change = Change.pop(entry, moved=moved, halted=halted)
+            record = _rows.change_row(conversation, int(revision) + 1, change, now)
             yield EXECUTE, edit.insert_change, record
-            return Message._stored(data, position, created_at, sql.created_at, entry_id, author)
+            return stored_message(data, position, created_at, sql.created_at, entry_id, author)
 
         return await ctx.executor.write(program(), action="pop", conversation=conversation)
 

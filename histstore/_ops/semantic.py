@@ -12,42 +12,28 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import importlib.util
 import math
 import operator
-import sqlite3
 import sys
 from array import array
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import (
-    BigInteger,
-    ColumnElement,
-    Integer,
-    LargeBinary,
-    Text,
-    bindparam,
-    cast,
-    delete,
-    exists,
-    func,
-    select,
-    text,
-    tuple_,
-)
+from sqlalchemy import select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._core import rules as _rules
 from .._core.ids import validate_id
-from .._core.models import Message
+from .._core.models import Message, stored_message
 from .._core.search_text import Hit
 from .._errors import InvalidMessage
 from .._storage import schema as s
 from .._storage.drivers import EXECUTE, FETCH, Program
 from .._storage.statements import dialects as _dialects
-from .._store import Store
 from .context import Context
+
+if TYPE_CHECKING:
+    from .._store import Store
 
 __all__ = ["Embed", "SemanticIndex"]
 
@@ -80,18 +66,19 @@ class SemanticIndex:
     def __init__(
         self, store: Store, embed: Embed, *, model: str, approximate: bool = False
     ) -> None:
-        if not isinstance(store, Store):
+        ctx = getattr(store, "internals", None)  # what a Store hands its own modules
+        if not isinstance(ctx, Context):
             raise TypeError("SemanticIndex takes a histstore Store")
         if not callable(embed):
             raise TypeError("embed must be an async callable")
         if not isinstance(approximate, bool):
             raise TypeError("approximate must be a bool")
-        self._ctx: Context = store._ctx
+        self._ctx = ctx
         self._embed = embed
         self._model = validate_id(model, what="model")
         self._checked = not approximate
         self._vector_index: str | None = None
-        self._sql = _Statements(self._ctx)
+        self._sql = ctx.shared.semantic_statements(ctx.owner is not None)
 
     @property
     def model(self) -> str:
@@ -235,89 +222,14 @@ class SemanticIndex:
     async def _check_index(self) -> None:
         if self._checked:
             return
-        if self._ctx.executor.dialect.name == "postgresql":
 
-            async def work(conn: AsyncConnection) -> bool:
-                found = await conn.execute(text(_PGVECTOR))
-                return found.first() is not None
+        async def work(conn: AsyncConnection) -> str | None:
+            return await conn.run_sync(_dialects.find_vector_index)
 
-            found = await self._ctx.executor.run(work, mode="read", action="semantic index")
-            self._vector_index = "pgvector" if found else None
-        elif hasattr(sqlite3.Connection, "enable_load_extension"):  # sqlite3 built with it
-            has_vec = importlib.util.find_spec("sqlite_vec") is not None
-            self._vector_index = "sqlite-vec" if has_vec else None
+        self._vector_index = await self._ctx.executor.run(
+            work, mode="read", action="semantic index"
+        )
         self._checked = True
-
-
-_PGVECTOR = "SELECT 1 FROM pg_extension WHERE extname = 'vector'"
-
-
-class _Statements:
-    """The index's compiled statements (params ``c``, ``model``, ``owner``, ...)."""
-
-    def __init__(self, ctx: Context) -> None:
-        m, v, cv = s.messages, s.vectors, s.conversations
-        compile_ = ctx.executor.compile
-        scoped = ctx.owner is not None
-        c = bindparam("c", type_=m.c.conversation_id.type)
-        model = bindparam("model", type_=v.c.model.type)
-        owner = bindparam("owner", type_=cv.c.owner.type)
-        after = bindparam("after", type_=BigInteger)
-
-        def owned(column: ColumnElement[str], *more: ColumnElement[bool]) -> ColumnElement[bool]:
-            return exists().where(cv.c.id == column, cv.c.owner == owner, *more)
-
-        # Messages with text and no vector yet, after a (conversation, position) cursor,
-        # in key order. A view bounds its owner's conversations by the cursor too, so
-        # that a walk starting from them (Postgres may) starts at the cursor.
-        todo = [
-            m.c.search_text.is_not(None),
-            ~exists().where(
-                v.c.conversation_id == m.c.conversation_id,
-                v.c.position == m.c.position,
-                v.c.model == model,
-            ),
-        ]
-        after_c = bindparam("after_c", type_=m.c.conversation_id.type)
-        walk = [*todo, tuple_(m.c.conversation_id, m.c.position) > tuple_(after_c, after)]
-        one = [*todo, m.c.conversation_id == c, m.c.position > after]
-        if scoped:
-            walk.append(owned(m.c.conversation_id, cv.c.id >= after_c))
-            one.append(owned(m.c.conversation_id))
-        cols = (m.c.conversation_id, m.c.position, m.c.search_text)
-        limit = bindparam("limit", type_=Integer)
-        self.pending_all = compile_(
-            select(*cols).where(*walk).order_by(m.c.conversation_id, m.c.position).limit(limit)
-        )
-        self.pending_one = compile_(select(*cols).where(*one).order_by(m.c.position).limit(limit))
-        # Stores a vector only while its message holds the text it was made from. On
-        # Postgres the message row is locked (FOR KEY SHARE) so that a concurrent delete
-        # either comes first (nothing stored) or waits for this commit (and cascades).
-        source = select(
-            m.c.conversation_id,
-            m.c.position,
-            cast(model, v.c.model.type),
-            cast(bindparam("vector", type_=LargeBinary), LargeBinary),
-        ).where(
-            m.c.conversation_id == c,
-            m.c.position == bindparam("p", type_=BigInteger),
-            m.c.search_text == bindparam("text", type_=Text),
-        )
-        if scoped:
-            source = source.where(owned(m.c.conversation_id))
-        source = source.with_for_update(read=True, key_share=True)
-        self.insert = compile_(
-            _dialects.insert(ctx.executor.dialect, v)
-            .from_select(["conversation_id", "position", "model", "vector"], source)
-            .on_conflict_do_nothing(index_elements=[v.c.conversation_id, v.c.position, v.c.model])
-            .returning(v.c.position)
-        )
-        # The bytes of a vector of the model (4 times its dimension).
-        self.width = compile_(select(func.length(v.c.vector)).where(v.c.model == model).limit(1))
-        drop = delete(v).where(v.c.conversation_id == c, v.c.model == model)
-        if scoped:
-            drop = drop.where(owned(c))
-        self.delete = compile_(drop)
 
 
 def _unit(values: object) -> array[float]:
@@ -379,5 +291,5 @@ async def _messages(conn: AsyncConnection, keys: list[tuple[str, int]]) -> dict[
         where = tuple_(m.c.conversation_id, m.c.position).in_(keys[i : i + _READ_CHUNK])
         stmt = select(m.c.conversation_id, m.c.position, m.c.data, m.c.created_at).where(where)
         for c, p, data, created_at in await conn.execute(stmt):
-            found[c, int(p)] = Message._stored(data, int(p), created_at)
+            found[c, int(p)] = stored_message(data, int(p), created_at)
     return found

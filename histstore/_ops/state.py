@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
@@ -12,11 +12,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.ids import validate_id
-from .._core.models import ConversationState, Message, Summary
-from .._editable.change_log import encode
+from .._core.models import ConversationState, Summary, stored_message
 from .._editable.changes import Change
 from .._editable.entries import Entry
 from .._errors import ConflictError
+from .._storage import rows as _rows
 from .._storage import schema as s
 from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program
 from .context import Context, not_found
@@ -26,10 +26,6 @@ __all__ = ["Saved", "State", "replace_conversation", "touched"]
 
 _conv = s.conversations
 _msg = s.messages
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 class Saved:
@@ -65,7 +61,7 @@ def replace_conversation(ctx: Context, saved: Saved) -> Program[bool]:
     idempotency rows it drops stay in the change log.
     """
     sql, edit = ctx.sql, ctx.sql.edit
-    now = _now()
+    now = _rows.now()
     cid = saved.id
     n = len(saved.batch.messages)
     p = ctx.params(
@@ -117,7 +113,7 @@ def replace_conversation(ctx: Context, saved: Saved) -> Program[bool]:
                 "next_entry": first_entry + n,
             },
         )
-    rows = saved.batch.rows(cid, 0, now, first_entry=first_entry)
+    rows = _rows.batch_rows(saved.batch, cid, 0, now, first_entry=first_entry)
     if rows:
         yield EXECUTE_MANY, sql.insert_messages, rows
     if removed or rows:
@@ -128,14 +124,7 @@ def replace_conversation(ctx: Context, saved: Saved) -> Program[bool]:
             moved=tuple(moved),
             halt=None if halted is None else (halted, None),
         )
-        row = {
-            "conversation_id": cid,
-            "revision": revision + 1,
-            "kind": "save",
-            "author": None,
-            "at": now,
-            "record": encode(change, n),
-        }
+        row = _rows.change_row(cid, revision + 1, change, now, n)
         yield EXECUTE, edit.insert_change, row
     summaries = [{**r, "created_at": r["created_at"] or now} for r in saved.summaries]
     if summaries:
@@ -148,7 +137,7 @@ def replace_conversation(ctx: Context, saved: Saved) -> Program[bool]:
 def touched(ctx: Context, conversation: str, now: datetime | None = None) -> Program[int]:
     """Program steps: create the conversation when needed and mark it changed, under its
     lock; returns its length. ``NotFound`` when a view may not see it."""
-    rows = yield FETCH, ctx.sql.touch, ctx.params(conversation, now=now or _now())
+    rows = yield FETCH, ctx.sql.touch, ctx.params(conversation, now=now or _rows.now())
     if not rows:
         raise not_found(conversation)
     return int(rows[0][0])
@@ -192,7 +181,7 @@ class State:
             return ConversationState(
                 conversation,
                 user=row.owner,
-                messages=tuple(Message._stored(r[0], r[1], r[2], None, r[4], r[5]) for r in rows),
+                messages=tuple(stored_message(r[0], r[1], r[2], None, r[4], r[5]) for r in rows),
                 system_prompt=row.system_prompt,
                 summaries=tuple(await _summaries(conn, conversation)),
                 metadata=metadata or None,
@@ -236,7 +225,7 @@ class State:
                 raise not_found(source)
             length, owner, prompt, next_entry = src[0]
             length = int(length) if upto is None else min(upto, int(length))
-            now = _now()
+            now = _rows.now()
             created = yield (
                 FETCH,
                 sql.create,
@@ -265,14 +254,7 @@ class State:
             for stmt in sql.fork_copies:
                 yield EXECUTE, stmt, copy
             if length:  # the target's one change record: the entries it was given
-                record = {
-                    "conversation_id": target,
-                    "revision": 1,
-                    "kind": "fork",
-                    "author": None,
-                    "at": now,
-                    "record": encode(Change("fork", start=0), length),
-                }
+                record = _rows.change_row(target, 1, Change("fork", start=0), now, length)
                 yield EXECUTE, sql.edit.insert_change, record
             return True
 
@@ -286,7 +268,7 @@ class State:
         ctx = self._ctx
 
         def program() -> Program[bool]:
-            now = _now()
+            now = _rows.now()
             yield from touched(ctx, conversation, now)
             rows = yield FETCH, ctx.sql.next_summary, {"c": conversation}
             values = {**row, "seq": rows[0][0], "created_at": row["created_at"] or now}

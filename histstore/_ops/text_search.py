@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from .._core import rules as _rules
 from .._core.ids import validate_id
-from .._core.models import Message
+from .._core.models import stored_message
 from .._core.search_text import Hit, indexed_text, parse_query
 from .._storage.drivers import EXECUTE_MANY, FETCH, Program
 from .._storage.statements import dialects as _dialects
@@ -42,7 +42,7 @@ class TextSearch:
         rows = await ctx.executor.fetch(stmt, params, action="search", conversation=conversation)
         convert = ctx.sql.created_at
         return [
-            Hit(r[0], int(r[1]), Message._stored(r[2], int(r[1]), r[3], convert), float(r[4]))
+            Hit(r[0], int(r[1]), stored_message(r[2], int(r[1]), r[3], convert), float(r[4]))
             for r in rows
         ]
 
@@ -60,7 +60,7 @@ class TextSearch:
             rows = yield FETCH, sql.reindex_page, params
             updates = []
             for cid, position, data, stored in rows:
-                text = indexed_text(Message._stored(data, None, None))
+                text = indexed_text(stored_message(data, None, None))
                 if text != stored:
                     updates.append({"c_": cid, "p_": position, "t_": text})
             if updates:

@@ -67,12 +67,13 @@ class Transaction:
         self._executor = executor
         self._conn = conn
         self._action = action
-        self._begun = False
+        self.begun = False
+        """Whether a program ran since the last commit (so there is work to undo)."""
         self.phase = Phase()
 
     async def run(self, program: Program[T], *, conversation: str | None = None) -> T:
         """Run ``program`` inside the transaction (a ``Rollback`` value is an error here)."""
-        begin, self._begun = not self._begun, True
+        begin, self.begun = not self.begun, True
         value = await self._executor.driver.run(
             self._conn, program, self.phase, begin=begin, end=False
         )
@@ -82,9 +83,9 @@ class Transaction:
 
     async def commit(self) -> None:
         """Commit what the programs did (nothing to do when none ran)."""
-        if self._begun:
+        if self.begun:
             await self._executor.driver.finish(self._conn, False, self.phase)
-            self._begun = False
+            self.begun = False
 
 
 class Executor:
@@ -386,7 +387,7 @@ class Executor:
                 try:
                     yield tx
                 except BaseException:
-                    if tx._begun:
+                    if tx.begun:
                         try:
                             if self.driver.in_transaction(conn):
                                 await self.driver.execute_sql(conn, "ROLLBACK")

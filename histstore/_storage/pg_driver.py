@@ -115,4 +115,4 @@ def never_switch_jit(conn: Any) -> None:
     """
     caps: Any = getattr(conn, "_server_caps", None)
     if getattr(caps, "jit", False) and callable(getattr(caps, "_replace", None)):
-        conn._server_caps = caps._replace(jit=False)
+        conn._server_caps = caps._replace(jit=False)  # noqa: SLF001 - asyncpg's, see above

@@ -75,8 +75,14 @@ class SqliteDriver(Driver):
         # aiosqlite runs every call as a function on the connection's own thread; this
         # hands it the whole program as one such function (``_execute`` is the queue
         # every aiosqlite method uses; ``_conn`` the sqlite3 connection it owns).
-        return await conn._execute(  # type: ignore[no-any-return]
-            self._run_on_thread, conn._conn, program, phase, begin, end, snapshot
+        return await conn._execute(  # type: ignore[no-any-return]  # noqa: SLF001 - aiosqlite's queue, see above
+            self._run_on_thread,
+            conn._conn,  # noqa: SLF001 - the sqlite3 connection aiosqlite owns, see above
+            program,
+            phase,
+            begin,
+            end,
+            snapshot,
         )
 
     @staticmethod

@@ -25,12 +25,13 @@ from typing import Any, TypeVar
 from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.ids import validate_id
-from .._core.models import Message, Summary
+from .._core.models import Summary, stored_message
 from .._editable.entries import check_author
 from .._errors import HistStoreError, InvalidMessage
+from .._storage.rows import now
 from .._store import Store
 from .editable import Edits
-from .format import DEFAULT_BATCH, Progress, TransferStats, now
+from .format import DEFAULT_BATCH, Progress, TransferStats
 from .read import Page, Source, StoredConversation
 from .sync import Incoming, MessageRows
 from .write import Writer
@@ -56,7 +57,7 @@ async def copy_store(
     """
     if batch < 1:
         raise ValueError("batch must be at least 1")
-    reader = Source(source._ctx, batch=batch)
+    reader = Source(source.internals, batch=batch)
     stats = TransferStats()
     if progress is not None:
         stats.total_messages = (await reader.totals())[1]
@@ -67,9 +68,9 @@ async def copy_store(
         else:
             stats.skipped += 1
 
-    limit = target._ctx.settings.max_message_bytes
+    limit = target.internals.settings.max_message_bytes
     async with (
-        Writer(target._ctx, batch=batch, action="copy", done=done) as writer,
+        Writer(target.internals, batch=batch, action="copy", done=done) as writer,
         aclosing(reader.pages()) as pages,
     ):
         async for page in pages:
@@ -195,7 +196,7 @@ def _messages(
                 f"message {position} has {size} bytes of JSON, over the limit of {limit}"
             )
         if not isinstance(role, str):
-            role = Message._stored(text, None, None).role
+            role = stored_message(text, None, None).role
         roles.append(_rules.role_key(role))
         datas.append(text)
         if count is not None:

@@ -32,10 +32,11 @@ from .._core import codec as _codec
 from .._core.models import Message
 from .._editable.change_log import Logged, logged, rebuild
 from .._editable.entries import Entry, TurnRecord, check_author, check_by, check_count, optional_id
-from .._editable.fold import State
+from .._editable.fold import EditableState
 from .._errors import HistStoreError, InvalidMessage
 from .._ops.context import Context
 from .._storage.drivers import EXECUTE_MANY, FETCH, Step
+from .._storage.rows import record_row
 
 __all__ = ["Edits", "LogRow", "differs", "write", "write_record"]
 
@@ -205,16 +206,7 @@ class Edits:
             else:
                 self._appends_only = False
         self._log.append(record)
-        self.changes.append(
-            {
-                "conversation_id": cid,
-                "revision": revision,
-                "kind": name,
-                "author": by,
-                "at": at,
-                "record": text,
-            }
-        )
+        self.changes.append(record_row(cid, revision, name, by, at, text))
 
     # ---------------------------------------------------------------- checking
 
@@ -249,7 +241,7 @@ class Edits:
             records = rebuild(cid, entries, self._log)
         except HistStoreError as exc:
             raise InvalidMessage(str(exc)) from None
-        state = State()
+        state = EditableState()
         for record in records:
             state.apply(record)
         asides = {

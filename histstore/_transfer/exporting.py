@@ -78,7 +78,7 @@ async def export_store(
         validate_id(user, what="user")
     if batch < 1:
         raise ValueError("batch must be at least 1")
-    source = Source(store._ctx, ids=ids, user=user, batch=batch)
+    source = Source(store.internals, ids=ids, user=user, batch=batch)
     await source.check_ids()
     stats = TransferStats()
     if progress is not None:

@@ -64,10 +64,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.ids import validate_id
 from .._errors import HistStoreError
+from .._storage.rows import now
 
 __all__ = [
     "DEFAULT_BATCH",
@@ -119,11 +119,6 @@ Progress = Callable[[TransferStats], None]
 
 
 # ---------------------------------------------------------------------------- writing
-
-
-def now() -> datetime:
-    """The current time, aware UTC."""
-    return datetime.now(timezone.utc)
 
 
 def time_text(value: datetime) -> str:
@@ -381,8 +376,3 @@ def _parse(raw: bytes) -> Any:
     if end != len(text) and text[end:].strip(_JSON_SPACE):
         raise ValueError("extra data after the JSON value")
     return value
-
-
-def decode_stored(text: str) -> Any:
-    """A JSON text read from a store (copy), decoded."""
-    return _codec.decode(text)

@@ -70,7 +70,7 @@ async def import_store(
     stats = TransferStats()
     reader = Reader(lines, stats)
     version = _header(reader)
-    ctx = store._ctx
+    ctx = store.internals
 
     # The conversations read but not yet committed, in file order, with the line of
     # their record: the first is where an import that failed stopped.
@@ -278,7 +278,7 @@ class _Messages:
             MessageRows(
                 first,
                 [_rules.role_key(m.role) for m in messages],
-                [m._text for m in messages],
+                [m.to_json() for m in messages],
                 checked.tokens,
                 cast("list[datetime]", checked.times),  # every record has its time
                 [indexed_text(m) for m in messages],

@@ -428,10 +428,11 @@ async def _read_convs(
         .order_by(md.c.conversation_id, md.c.key)
     ):
         found[m.conversation_id].metadata.append((m.key, m.value))
-    for r in await conn.execute(
-        select(sm).where(sm.c.conversation_id.in_(ids)).order_by(sm.c.conversation_id, sm.c.seq)
-    ):
-        srow = dict(r._mapping)
+    summaries = select(sm).where(sm.c.conversation_id.in_(ids))
+    for summary in (
+        await conn.execute(summaries.order_by(sm.c.conversation_id, sm.c.seq))
+    ).mappings():
+        srow = dict(summary)
         found[srow.pop("conversation_id")].summaries.append(srow)
     for li in await conn.execute(
         select(ls.c.conversation_id, ls.c.name, ls.c.length)

@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
-from .._editable.change_log import encode
 from .._editable.changes import Change
 from .._ops.context import Context
 from .._storage import schema as s
 from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, CompiledStatement, Step
+from .._storage.rows import change_row, message_row
 from . import editable as edits_steps
 from .editable import Edits
 
@@ -117,17 +117,17 @@ class MessageRows:
         ids = self.ids(entry_base, skip)
         authors = self.authors
         return [
-            {
-                "conversation_id": cid,
-                "position": first + i,
-                "role": self.roles[i],
-                "data": self.datas[i],
-                "token_count": self.tokens[i],
-                "created_at": self.times[i],
-                "search_text": self.texts[i],
-                "entry_id": ids[i - skip],
-                "author": None if authors is None else authors[i],
-            }
+            message_row(
+                cid,
+                first + i,
+                role=self.roles[i],
+                data=self.datas[i],
+                token_count=self.tokens[i],
+                created_at=self.times[i],
+                search_text=self.texts[i],
+                entry_id=ids[i - skip],
+                author=None if authors is None else authors[i],
+            )
             for i in range(skip, len(self.datas))
         ]
 
@@ -377,14 +377,7 @@ class Target:
         entries."""
         inc = self.incoming
         if inc.length:
-            record = {
-                "conversation_id": inc.id,
-                "revision": 1,
-                "kind": "import",
-                "author": None,
-                "at": inc.updated_at,
-                "record": encode(Change("import", start=0), inc.length),
-            }
+            record = change_row(inc.id, 1, Change("import", start=0), inc.updated_at, inc.length)
             yield EXECUTE, self.ctx.sql.edit.insert_change, record
 
     # ---------------------------------------------------------------- helpers

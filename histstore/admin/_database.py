@@ -89,7 +89,9 @@ async def migration_status(
         async def work(conn: AsyncConnection) -> _migrations.SchemaStatus:
             return await conn.run_sync(_migrations.schema_status, schema)
 
-        found = await store._run(work, mode="snapshot", action="reading the schema revision")
+        found = await store.internals.executor.run(
+            work, mode="snapshot", action="reading the schema revision"
+        )
     finally:
         await store.close()
     return MigrationStatus(where, found.current, found.head, found.known)

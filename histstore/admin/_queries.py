@@ -1,7 +1,8 @@
 """The storage side of ``histstore.admin``: the queries behind stats, describe and listing.
 
-Every query runs through ``Store._run`` (the store's one way to reach the database) and
-sees what the store sees: through a scoped view only its user's conversations.
+Every query runs through the store's executor (``Store.internals``, the store's one way
+to reach the database) and sees what the store sees: through a scoped view only its
+user's conversations.
 Migrations and database locations are in ``admin._database``.
 """
 
@@ -19,7 +20,8 @@ from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.ids import validate_id
 from .._errors import NotFound
-from .._ops.listing import select_filtered, select_ids
+from .._ops.listing import Listing, select_filtered, select_ids
+from .._ops.text_search import TextSearch
 from .._storage import migrations as _migrations
 from .._storage import schema as s
 from .._store import Store
@@ -134,7 +136,7 @@ class ConversationInfo:
 
 def _scoped(store: Store, stmt: Select[Any]) -> Select[Any]:
     """``stmt`` over conversations, kept to those the store sees."""
-    scope = store._ctx.scope()
+    scope = store.internals.scope()
     return stmt if scope is None else stmt.where(scope)
 
 
@@ -160,7 +162,7 @@ async def stats(store: Store) -> StoreStats:
             func.min(_conv.c.updated_at),
             func.max(_conv.c.updated_at),
         )
-        scope = store._ctx.scope()
+        scope = store.internals.scope()
         if scope is not None:
             conv = conv.where(scope)
         row = (await conn.execute(conv)).one()
@@ -188,7 +190,7 @@ async def stats(store: Store) -> StoreStats:
             user=owner,
         )
 
-    return await store._run(work, mode="snapshot", action="stats")
+    return await store.internals.executor.run(work, mode="snapshot", action="stats")
 
 
 # ---------------------------------------------------------------------------- describe
@@ -211,7 +213,7 @@ async def _details(store: Store, conn: AsyncConnection, ids: Sequence[str]) -> l
             _conv.c.created_at,
             _conv.c.updated_at,
         ).where(_conv.c.id.in_(chunk))
-        scope = store._ctx.scope()
+        scope = store.internals.scope()
         if scope is not None:
             stmt = stmt.where(scope)
         rows.update({r.id: r for r in await conn.execute(stmt)})
@@ -261,7 +263,9 @@ async def describe(store: Store, conversation: str) -> ConversationInfo:
     async def work(conn: AsyncConnection) -> list[Any]:
         return await _details(store, conn, [conversation])
 
-    found = await store._run(work, mode="snapshot", action="describe", conversation=conversation)
+    found = await store.internals.executor.run(
+        work, mode="snapshot", action="describe", conversation=conversation
+    )
     if not found:
         raise NotFound(f"conversation {conversation!r} not found")
     info: ConversationInfo = found[0]
@@ -297,7 +301,7 @@ async def list_conversations(
         TypeError, ValueError: arguments of the wrong kind or range.
     """
     page = select_ids(
-        store._ctx,
+        store.internals,
         user=user,
         metadata=metadata,
         since=since,
@@ -314,7 +318,7 @@ async def list_conversations(
         ids = list((await conn.execute(page)).scalars())
         return await _details(store, conn, ids)
 
-    return await store._run(work, mode="snapshot", action="list conversations")
+    return await store.internals.executor.run(work, mode="snapshot", action="list conversations")
 
 
 async def count_conversations(
@@ -330,7 +334,7 @@ async def count_conversations(
     Counting costs O(matching conversations), read from the same indexes.
     """
     found = select_filtered(
-        store._ctx, [func.count()], user=user, metadata=metadata, since=since, until=until
+        store.internals, [func.count()], user=user, metadata=metadata, since=since, until=until
     )
     if found is None:
         return 0
@@ -339,7 +343,7 @@ async def count_conversations(
     async def work(conn: AsyncConnection) -> int:
         return int((await conn.execute(counting)).scalar_one())
 
-    return await store._run(work, mode="read", action="count conversations")
+    return await store.internals.executor.run(work, mode="read", action="count conversations")
 
 
 def _idle_cutoff(idle_for: timedelta) -> datetime:
@@ -362,7 +366,7 @@ async def purge_candidates(store: Store, *, idle_for: timedelta) -> list[str]:
     async def work(conn: AsyncConnection) -> list[str]:
         return list((await conn.execute(stmt)).scalars())
 
-    return await store._run(work, mode="read", action="list idle conversations")
+    return await store.internals.executor.run(work, mode="read", action="list idle conversations")
 
 
 class _Reporter:
@@ -393,7 +397,7 @@ async def _count(store: Store, stmt: Select[Any], action: str) -> int:
     async def work(conn: AsyncConnection) -> int:
         return int((await conn.execute(stmt)).scalar_one())
 
-    return await store._run(work, mode="read", action=action)
+    return await store.internals.executor.run(work, mode="read", action=action)
 
 
 async def reindex(
@@ -415,11 +419,11 @@ async def reindex(
         TypeError, ValueError: ``batch`` is not a positive int.
     """
     if progress is None:
-        return await store._search.reindex(batch)
+        return await TextSearch(store.internals).reindex(batch)
     _rules.positive(batch, "batch")
     messages = _scoped(store, select(func.coalesce(func.sum(_conv.c.length), 0)))
     report = _Reporter(progress, await _count(store, messages, "count messages"))
-    changed = await store._search.reindex(batch, report)
+    changed = await TextSearch(store.internals).reindex(batch, report)
     report.finish()
     return changed
 
@@ -440,6 +444,6 @@ async def purge(
         return await store.purge(idle_for=idle_for)
     idle = _scoped(store, select(func.count()).where(_conv.c.updated_at < cutoff))
     report = _Reporter(progress, await _count(store, idle, "count idle conversations"))
-    purged = await store._listing.purge(idle_for, report)
+    purged = await Listing(store.internals).purge(idle_for, report)
     report.finish()
     return purged

@@ -55,13 +55,15 @@ class CheckpointScope:
 
     Every transaction runs through the store's executor (its settings, schema, write
     turn and error translation); a scoped store (``store.user`` set) sees only the
-    threads that user owns.
+    threads that user owns. The upserts and the thread lock are built once per engine
+    (``_storage.statements.checkpoints``).
     """
 
     def __init__(self, store: Store) -> None:
-        self._executor = store._executor
+        ctx = store.internals
+        self._executor = ctx.executor
         self._owner = store.user
-        self._dialect = store.engine.dialect
+        self._sql = ctx.shared.checkpoint_statements(self._owner is not None)
 
     @property
     def user(self) -> str | None:

@@ -9,7 +9,6 @@ from sqlalchemy import delete, func, literal, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._errors import ConflictError, NotFound
-from .._storage.statements import dialects as _dialects
 from ._scope import BLOBS, CHANNELS, CHECKPOINTS, THREADS, WRITES, CheckpointScope, chunks, utc_now
 
 __all__ = ["ThreadOperations"]
@@ -132,11 +131,8 @@ class ThreadOperations(CheckpointScope):
             found = (await conn.execute(owner_query)).first()
             if found is None:
                 raise NotFound(f"thread {source!r} not found")
-            ins = _dialects.insert(self._dialect, THREADS).values(
-                thread_id=target, owner=found[0], created_at=now, updated_at=now
-            )
-            created = ins.on_conflict_do_nothing(index_elements=[THREADS.c.thread_id])
-            if (await conn.execute(created.returning(THREADS.c.thread_id))).first() is None:
+            params = {"thread_id": target, "owner": found[0], "now": now}
+            if (await conn.execute(self._sql.create_thread, params)).first() is None:
                 raise ConflictError(f"thread {target!r} already exists")
             for table in (CHECKPOINTS, CHANNELS, BLOBS, WRITES):
                 names = [c.name for c in table.columns]
@@ -156,11 +152,8 @@ class ThreadOperations(CheckpointScope):
 
     async def _lock_visible(self, conn: AsyncConnection, thread_ids: Sequence[str]) -> list[str]:
         """Lock the thread rows (in id order) this view may see; returns their ids."""
-        query = select(THREADS.c.thread_id).where(THREADS.c.thread_id.in_(list(thread_ids)))
-        if self._owner is not None:
-            query = query.where(THREADS.c.owner == self._owner)
-        query = _dialects.for_update(self._dialect, query.order_by(THREADS.c.thread_id))
-        return [r[0] for r in await conn.execute(query)]
+        params = {"threads": list(thread_ids), "owner": self._owner}
+        return [r[0] for r in await conn.execute(self._sql.lock_threads, params)]
 
     async def _collect_blobs(self, conn: AsyncConnection, thread_id: str, ns: str) -> None:
         """Delete the namespace's channel values that no remaining checkpoint reads."""

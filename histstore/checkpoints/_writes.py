@@ -9,9 +9,8 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._errors import NotFound
-from .._storage.statements import dialects as _dialects
 from ._records import Blob, Write
-from ._scope import BLOBS, CHANNELS, CHECKPOINTS, THREADS, WRITES, CheckpointScope, utc_now
+from ._scope import CheckpointScope, utc_now
 
 __all__ = ["CheckpointWrites"]
 
@@ -24,15 +23,8 @@ class CheckpointWrites(CheckpointScope):
 
         Raises ``NotFound`` when the thread belongs to another owner.
         """
-        ins = _dialects.insert(self._dialect, THREADS).values(
-            thread_id=thread_id, owner=self._owner, created_at=now, updated_at=now
-        )
-        stmt = ins.on_conflict_do_update(
-            index_elements=[THREADS.c.thread_id],
-            set_={"updated_at": now},
-            where=(THREADS.c.owner == self._owner) if self._owner is not None else None,
-        ).returning(THREADS.c.thread_id)
-        if (await conn.execute(stmt)).first() is None:
+        params = {"thread_id": thread_id, "owner": self._owner, "now": now}
+        if (await conn.execute(self._sql.touch_thread, params)).first() is None:
             raise NotFound(f"thread {thread_id!r} not found")
 
     async def put(
@@ -77,30 +69,15 @@ class CheckpointWrites(CheckpointScope):
             {**key, "checkpoint_id": checkpoint_id, "channel": channel, "version": version}
             for channel, version in blobs.items()
         ]
-        ins = _dialects.insert(self._dialect, CHECKPOINTS)
-        upsert = ins.on_conflict_do_update(
-            index_elements=list(CHECKPOINTS.primary_key.columns),
-            set_={
-                name: ins.excluded[name]
-                for name in ("parent_checkpoint_id", "run_id", "type", "checkpoint", "metadata")
-            },
-        )
-        keep_blobs = _dialects.insert(self._dialect, BLOBS).on_conflict_do_nothing(
-            index_elements=list(BLOBS.primary_key.columns)
-        )
-        chans = _dialects.insert(self._dialect, CHANNELS)
-        set_channels = chans.on_conflict_do_update(
-            index_elements=list(CHANNELS.primary_key.columns),
-            set_={"version": chans.excluded["version"]},
-        )
+        sql = self._sql
 
         async def work(conn: AsyncConnection) -> None:
             await self._touch(conn, thread_id, now)
             if blob_rows:
-                await conn.execute(keep_blobs, blob_rows)
+                await conn.execute(sql.keep_blobs, blob_rows)
             if channel_rows:
-                await conn.execute(set_channels, channel_rows)
-            await conn.execute(upsert, row)
+                await conn.execute(sql.set_channels, channel_rows)
+            await conn.execute(sql.put_checkpoint, row)
 
         await self._run("write", f"saving a checkpoint of thread {thread_id!r}", work)
 
@@ -134,16 +111,7 @@ class CheckpointWrites(CheckpointScope):
             }
             for w in writes
         ]
-        ins = _dialects.insert(self._dialect, WRITES)
-        keys = list(WRITES.primary_key.columns)
-        stmt = (
-            ins.on_conflict_do_update(
-                index_elements=keys,
-                set_={c: ins.excluded[c] for c in ("task_path", "channel", "type", "blob")},
-            )
-            if replace
-            else ins.on_conflict_do_nothing(index_elements=keys)
-        )
+        stmt = self._sql.replace_writes if replace else self._sql.keep_writes
 
         async def work(conn: AsyncConnection) -> None:
             await self._touch(conn, thread_id, utc_now())

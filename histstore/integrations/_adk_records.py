@@ -46,6 +46,10 @@ __all__ = [
 EVENT_TYPE = "adk_event"
 """The ``type`` of the message that holds one ADK event."""
 _MARKER = "histstore:"
+# ADK's session services keep their stale-session marker in this private attribute of
+# ``Session`` (a pydantic private attribute; ADK offers no public accessor). Named once
+# here and read and set only by ``marker_position`` and ``set_marker``.
+_ADK_MARKER_ATTRIBUTE = "_storage_update_marker"
 
 # The keys of a conversation's metadata that say which ADK record it is.
 KIND, APP, USER, SESSION, UPDATED = (
@@ -160,7 +164,7 @@ def to_event(message: Message) -> Event:
 
 def marker_position(session: Session) -> int | None:
     """The stored length a session value reflects, when this service loaded it."""
-    marker = session._storage_update_marker
+    marker: str | None = getattr(session, _ADK_MARKER_ATTRIBUTE, None)
     if marker is None or not marker.startswith(_MARKER):
         return None
     try:
@@ -170,4 +174,4 @@ def marker_position(session: Session) -> int | None:
 
 
 def set_marker(session: Session, length: int) -> None:
-    session._storage_update_marker = f"{_MARKER}{length}"
+    setattr(session, _ADK_MARKER_ATTRIBUTE, f"{_MARKER}{length}")

@@ -4,11 +4,14 @@ Everything else is generic SQLAlchemy Core. Both backends support ``INSERT ... O
 CONFLICT`` (SQLite 3.24+, Postgres 9.5+) with the same SQLAlchemy API, ``RETURNING``
 (SQLite 3.35+), and partial indexes; what remains is which ``insert`` construct to use,
 how a transaction takes the conversation's write lock, how migrations serialize, and
-which full-text engine search asks (SQLite FTS5 or a Postgres ``tsvector``).
+which full-text engine search asks (SQLite FTS5 or a Postgres ``tsvector``), and which
+vector index the semantic index may use.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sqlite3
 from typing import Any, Literal
 
 from sqlalchemy import (
@@ -40,6 +43,7 @@ __all__ = [
     "append_in_one_statement",
     "can_create_tables",
     "clock",
+    "find_vector_index",
     "for_update",
     "insert",
     "lock_for_migration",
@@ -251,6 +255,19 @@ def can_create_tables(connection: Connection, schema: str | None) -> bool:
     if name is None:
         name = connection.execute(text("SELECT current_schema()")).scalar()
     return bool(connection.execute(query, {"s": name}).scalar())
+
+
+def find_vector_index(connection: Connection) -> str | None:
+    """The vector index the database offers the semantic index: ``"pgvector"`` where
+    the extension is installed (Postgres); ``"sqlite-vec"`` where Python's ``sqlite3``
+    can load extensions and the ``sqlite_vec`` package is installed (SQLite, which
+    is not asked); else ``None``."""
+    if connection.dialect.name == "postgresql":
+        found = connection.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'vector'"))
+        return "pgvector" if found.first() is not None else None
+    if not hasattr(sqlite3.Connection, "enable_load_extension"):  # sqlite3 built without
+        return None
+    return "sqlite-vec" if importlib.util.find_spec("sqlite_vec") is not None else None
 
 
 def messages_from_arrays(dialect: Dialect) -> Any:

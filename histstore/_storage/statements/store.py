@@ -192,14 +192,6 @@ class Statements:
             )
             .order_by(_msg.c.position)
         )
-        # pop: shortens the conversation by one, returning the new length (the position
-        # of the message to remove), or nothing when it is empty or not visible.
-        self.shorten = compile_(
-            update(_conv)
-            .where(owned, _conv.c.length > 0)
-            .values(length=_conv.c.length - 1, updated_at=now)
-            .returning(_conv.c.length)
-        )
         self.delete_message = compile_(
             delete(_msg)
             .where(

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from alembic import command
-from helpers import empty_pg_database, is_database_error, pg_fetch
+from helpers import empty_pg_database, is_database_error, pg_fetch, stable_id
 from sqlalchemy import URL, make_url, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -145,7 +145,7 @@ async def test_default_is_histstore_db_in_the_current_directory(
 # ---------------------------------------------------------------- errors
 
 
-@pytest.mark.parametrize("target", [123, 1.5, b"chat.db", ["chat.db"], object()], ids=repr)
+@pytest.mark.parametrize("target", [123, 1.5, b"chat.db", ["chat.db"], object()], ids=stable_id)
 async def test_bad_target_type_is_value_error(target: Any) -> None:
     with pytest.raises(ValueError):  # noqa: PT011 - the contract says ValueError
         await histstore.connect(target)
@@ -208,7 +208,7 @@ async def test_an_aiosqlite_without_its_private_calls_still_works(
         {"max_message_bytes": 0},
         {"migrate": "yes"},
     ],
-    ids=repr,
+    ids=stable_id,
 )
 async def test_bad_options_are_value_errors(tmp_path: Path, options: dict[str, Any]) -> None:
     with pytest.raises(ValueError):  # noqa: PT011 - the contract says ValueError

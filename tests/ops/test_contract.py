@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from conftest import Backend
-from helpers import PG_ADMIN_URL, _pg_execute, connections_in_use, new_id, user_msgs
+from helpers import PG_ADMIN_URL, _pg_execute, connections_in_use, new_id, stable_id, user_msgs
 from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -35,7 +35,7 @@ ZERO = WriteOutcome(0, False, None)
 # ---------------------------------------------------------------- storable on every backend
 
 
-@pytest.mark.parametrize("role", ["us\x00er", "\x00", "system\x00", "\x01\x7f"], ids=repr)
+@pytest.mark.parametrize("role", ["us\x00er", "\x00", "system\x00", "\x01\x7f"], ids=stable_id)
 async def test_any_role_string_round_trips(store: Store, cid: str, role: str) -> None:
     message = {"role": role, "content": "x\x00y"}
     await store.write(cid, [message, Message.system("rules")])
@@ -45,7 +45,7 @@ async def test_any_role_string_round_trips(store: Store, cid: str, role: str) ->
 
 
 @pytest.mark.parametrize(
-    "prompt", ["nul\x00inside", "\x00", "lone \ud800 surrogate", "\udfff"], ids=repr
+    "prompt", ["nul\x00inside", "\x00", "lone \ud800 surrogate", "\udfff"], ids=stable_id
 )
 async def test_unstorable_system_prompt_is_refused_everywhere(
     store: Store, cid: str, prompt: str
@@ -61,7 +61,7 @@ async def test_storable_system_prompt_round_trips(store: Store, cid: str) -> Non
     assert (await store.load(cid)).system_prompt == prompt
 
 
-@pytest.mark.parametrize("count", [2**31, -1, 2**63, 1.5, True], ids=repr)
+@pytest.mark.parametrize("count", [2**31, -1, 2**63, 1.5, True], ids=stable_id)
 async def test_token_counts_out_of_range_are_refused_before_writing(
     backend: Backend, cid: str, count: Any
 ) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from faults import Faults
-from helpers import PYTHON, new_id, raw_rows, subprocess_env, user_msgs
+from helpers import PYTHON, new_id, raw_rows, stable_id, subprocess_env, user_msgs
 from sqlalchemy import select, update
 
 import histstore
@@ -515,7 +515,7 @@ async def test_metadata_values_round_trip(store: Store, cid: str) -> None:
         assert type(got[k]) is type(v)
 
 
-@pytest.mark.parametrize("bad", BAD_JSON, ids=repr)
+@pytest.mark.parametrize("bad", BAD_JSON, ids=stable_id)
 async def test_metadata_bad_value_writes_nothing(store: Store, cid: str, bad: Any) -> None:
     fresh = new_id()
     with pytest.raises(InvalidMessage):
@@ -545,7 +545,7 @@ ANY_KEYS = [
 ]
 
 
-@pytest.mark.parametrize("key", ANY_KEYS, ids=repr)
+@pytest.mark.parametrize("key", ANY_KEYS, ids=stable_id)
 async def test_metadata_keys_are_any_strings(store: Store, cid: str, key: str) -> None:
     """SPEC 5: keys are strings, NUL and control characters included, on every backend."""
     await store.merge_metadata(cid, {key: {"v": key}, "plain": 1})
@@ -557,7 +557,7 @@ async def test_metadata_keys_are_any_strings(store: Store, cid: str, key: str) -
     assert (await store.load(cid)).metadata == {key: 1}
 
 
-@pytest.mark.parametrize("key", BAD_KEYS, ids=repr)
+@pytest.mark.parametrize("key", BAD_KEYS, ids=stable_id)
 async def test_metadata_bad_key_writes_nothing(store: Store, cid: str, key: Any) -> None:
     await store.merge_metadata(cid, {"a": 1})
     rows = await raw_rows(store, cid)
@@ -672,7 +672,7 @@ async def test_list_never_written_is_empty(store: Store, cid: str) -> None:
     assert not await store.exists(unknown)
 
 
-@pytest.mark.parametrize("name", BAD_IDS, ids=repr)
+@pytest.mark.parametrize("name", BAD_IDS, ids=stable_id)
 async def test_list_bad_names(store: Store, cid: str, name: Any) -> None:
     await store.write(cid, user_msgs(1))
     rows = await raw_rows(store, cid)
@@ -685,7 +685,7 @@ async def test_list_bad_names(store: Store, cid: str, name: Any) -> None:
     assert await raw_rows(store, cid) == rows
 
 
-@pytest.mark.parametrize("bad", [*BAD_JSON[:-1], [b"bytes inside JSON"]], ids=repr)
+@pytest.mark.parametrize("bad", [*BAD_JSON[:-1], [b"bytes inside JSON"]], ids=stable_id)
 async def test_list_bad_items_write_nothing(store: Store, cid: str, bad: Any) -> None:
     fresh = new_id()
     with pytest.raises(InvalidMessage):

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncGenerator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +32,7 @@ from google.adk.sessions import (
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
+from helpers import REPO
 from pydantic import Field
 
 import histstore
@@ -591,7 +591,7 @@ def test_import_without_adk_names_the_extra():
 
 
 def test_benchmark_quick_run_prints_its_table(tmp_path):
-    bench = Path(__file__).resolve().parent.parent / "bench" / "adk.py"
+    bench = REPO / "bench" / "adk.py"
     out = tmp_path / "adk.json"
     proc = subprocess.run(
         [sys.executable, str(bench), "--quick", "--backend", "sqlite", "--json", str(out)],

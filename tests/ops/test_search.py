@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from faults import Faults
-from helpers import new_id
+from helpers import new_id, stable_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text, update
@@ -255,7 +255,9 @@ async def test_conversation_and_limit(store: Store) -> None:
         await store.search("kiwi", conversation=" padded")
 
 
-@pytest.mark.parametrize("query", ["", "  ", '"unclosed', 'one "two', 3, None, "a\x00"], ids=repr)
+@pytest.mark.parametrize(
+    "query", ["", "  ", '"unclosed', 'one "two', 3, None, "a\x00"], ids=stable_id
+)
 async def test_bad_queries_raise_invalid_message(store: Store, query: Any) -> None:
     with pytest.raises(InvalidMessage):
         await store.search(query)

@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "turns.py"
+from helpers import REPO
+
+BENCH = REPO / "bench" / "turns.py"
 
 
 def test_quick_sqlite_run_prints_the_ratio_table(tmp_path: Path) -> None:

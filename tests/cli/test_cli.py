@@ -1,17 +1,23 @@
-"""SPEC 10: the ``histstore`` command, run as a subprocess against an SQLite file and Postgres.
+"""SPEC 10: the ``histstore`` command against an SQLite file and Postgres.
 
-Stores are seeded and inspected in-process through the public API; every command runs
-in a child process exactly as a user would run it.
+Stores are seeded and inspected through the public API. Commands run in this process
+(``run``: ``main(argv)`` on a thread of its own, with its standard streams captured);
+a few run as a child process exactly as a user would (``run_subprocess``, the
+``histstore`` script, and every command that needs a working directory or a terminal).
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import io
 import json
+import os
 import re
 import sys
 import textwrap
+import traceback
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -25,7 +31,7 @@ from sqlalchemy import update
 import histstore
 from histstore import ConversationState, Message, Summary, turns
 from histstore._storage import schema as _schema
-from histstore.cli import parse_duration
+from histstore.cli import main, parse_duration
 
 
 @dataclass
@@ -35,7 +41,93 @@ class Result:
     err: str
 
 
+_STREAMS: ContextVar[dict[str, Any] | None] = ContextVar("_STREAMS", default=None)
+"""The standard streams of the command running in this context (``run``)."""
+
+
+class _Routed:
+    """Stands in for ``sys.stdin``/``stdout``/``stderr`` while commands run in process:
+    the running command's stream where ``_STREAMS`` is set (the context, copied into
+    the command's thread, its event loop and its ``to_thread`` calls), else the stream
+    it replaced (pytest's capture)."""
+
+    def __init__(self, name: str, replaced: Any) -> None:
+        self._name = name
+        self.replaced = replaced
+
+    def _stream(self) -> Any:
+        streams = _STREAMS.get()
+        return self.replaced if streams is None else streams[self._name]
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._stream(), attr)
+
+    def __iter__(self) -> Any:
+        return iter(self._stream())
+
+
+_NAMES = ("stdin", "stdout", "stderr")
+_running = 0
+
+
+def _route_streams() -> None:
+    global _running
+    if _running == 0:
+        for name in _NAMES:
+            setattr(sys, name, _Routed(name, getattr(sys, name)))
+    _running += 1
+
+
+def _unroute_streams() -> None:
+    global _running
+    _running -= 1
+    if _running == 0:
+        for name in _NAMES:
+            routed = getattr(sys, name)
+            if isinstance(routed, _Routed):
+                setattr(sys, name, routed.replaced)
+
+
+def _main(args: list[str]) -> int:
+    """``main(args)`` as the console script runs it: its exit status; an exception that
+    escapes is a traceback on stderr and status 1, as in a child process."""
+    try:
+        main(args)
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def _text(data: bytes = b"") -> io.TextIOWrapper:
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", write_through=True)
+
+
 async def run(*args: str, cwd: Path | None = None, stdin: bytes | None = None) -> Result:
+    """Run ``histstore ARGS`` in this process (``main`` on a thread, which runs its own
+    event loop) and wait for it; stdin is ``stdin`` or empty, never a terminal. With a
+    working directory (or ``$HISTSTORE_URL`` set, which the child would not see), it
+    runs as a child process (``run_subprocess``)."""
+    if cwd is not None or "HISTSTORE_URL" in os.environ:
+        return await run_subprocess(*args, cwd=cwd, stdin=stdin)
+    streams = {"stdin": _text(stdin or b""), "stdout": _text(), "stderr": _text()}
+    token = _STREAMS.set(streams)
+    _route_streams()
+    try:
+        code = await asyncio.wait_for(asyncio.to_thread(_main, list(args)), timeout=600)
+    finally:
+        _unroute_streams()
+        _STREAMS.reset(token)
+    out, err = (streams[name].buffer.getvalue().decode() for name in ("stdout", "stderr"))
+    return Result(code, out, err)
+
+
+async def run_subprocess(*args: str, cwd: Path | None = None, stdin: bytes | None = None) -> Result:
     """Run ``python -m histstore ARGS`` and wait for it."""
     env = subprocess_env()
     env.pop("HISTSTORE_URL", None)
@@ -1114,3 +1206,32 @@ async def test_commands_through_a_transaction_pooler(pgbouncer_url: str, tmp_pat
     await ok("migrate", "--sql", *pooled)  # reads the database's revision, through the pooler
     bad = await run("ls", "--url", str(tmp_path / "copy.db"), "--pooler", "session")
     assert bad.code == 2
+
+
+# ---------------------------------------------------------------------------- as a user runs it
+
+
+async def test_the_installed_script_and_python_m_run_the_command(tmp_path: Path) -> None:
+    """The console script and ``python -m histstore`` start the same command as ``run``."""
+    url = str(tmp_path / "store.db")
+    async with histstore.connect(url) as store:
+        await store.write("smoke", [Message.user("hi")])
+    script = Path(PYTHON).parent / "histstore"
+    proc = await asyncio.create_subprocess_exec(
+        str(script),
+        "ls",
+        "--url",
+        url,
+        env=subprocess_env(),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    as_module = await run_subprocess("ls", "--url", url)
+    in_process = await run("ls", "--url", url)
+    assert (proc.returncode, err.decode()) == (0, "")
+    assert out.decode() == as_module.out == in_process.out
+    assert "smoke" in in_process.out
+    mistake = await run_subprocess("ls", "--no-such-option")
+    assert (mistake.code, await run("ls", "--no-such-option")) == (2, mistake)

@@ -38,7 +38,7 @@ def saved(conv: Conversation, log: list[Change], at: datetime = T0) -> None:
     """What a store's commit does to the value: stamp the outbox, keep it, adopt it."""
     stamped = [c.stamped(conv.revision + i + 1, at) for i, c in enumerate(conv.unsaved)]
     log.extend(stamped)
-    conv._saved_as(stamped)
+    conv.mark_saved(stamped)
 
 
 def texts(conv: Conversation) -> list[Any]:

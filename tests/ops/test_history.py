@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from helpers import new_id, snapshot, user_msgs
+from helpers import new_id, snapshot, stable_id, user_msgs
 
 import histstore
 from histstore import ConflictError, InvalidId, InvalidMessage, Message, WriteError, WriteOutcome
@@ -431,7 +431,7 @@ async def test_conversations_filters_by_metadata(store: histstore.Store) -> None
 # ---------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("bad", BAD_IDS, ids=repr)
+@pytest.mark.parametrize("bad", BAD_IDS, ids=stable_id)
 async def test_every_method_validates_the_id(store: histstore.Store, cid: str, bad: Any) -> None:
     await store.write(cid, user_msgs(2))
     before = await snapshot(store, cid)

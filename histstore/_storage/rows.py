@@ -1,0 +1,108 @@
+"""The rows the programs write in more than one place, each built here once, and the
+store's clock.
+
+A row is a dict of the table's column names, as ``insert_messages`` and
+``insert_change`` (``_storage.statements``) take it. The builders check nothing: what
+they are given was validated before (``_core.rules``, ``_editable``).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from .._core.rules import Batch, role_key
+from .._core.search_text import indexed_text
+from .._editable.change_log import encode
+from .._editable.changes import Change
+
+__all__ = ["batch_rows", "change_row", "message_row", "now", "record_row"]
+
+Row = dict[str, Any]
+
+
+def now() -> datetime:
+    """The store's clock: the current time, aware UTC. Every time a program stamps
+    (``created_at``, ``updated_at``, a change's ``at``) comes from here."""
+    return datetime.now(timezone.utc)
+
+
+def message_row(
+    conversation: str,
+    position: int,
+    *,
+    role: str,
+    data: str,
+    token_count: int | None,
+    created_at: datetime,
+    search_text: str | None,
+    entry_id: int,
+    author: str | None,
+) -> Row:
+    """A row of the messages table: the message ``data`` (its JSON text) at ``position``,
+    with its ``role`` key (``_core.rules.role_key``), its ``indexed_text`` and the id and
+    author of its entry."""
+    return {
+        "conversation_id": conversation,
+        "position": position,
+        "role": role,
+        "data": data,
+        "token_count": token_count,
+        "created_at": created_at,
+        "search_text": search_text,
+        "entry_id": entry_id,
+        "author": author,
+    }
+
+
+def batch_rows(
+    batch: Batch,
+    conversation: str,
+    first: int,
+    at: datetime,
+    skip: int = 0,
+    *,
+    first_entry: int,
+) -> list[Row]:
+    """Message rows for ``batch.messages[skip:]``, placed from position ``first`` on, as
+    new entries (no author) with the ids from ``first_entry`` on; a message without a
+    time of its own (``batch.times``) is made ``at``."""
+    times, tokens = batch.times, batch.tokens
+    return [
+        message_row(
+            conversation,
+            first + i,
+            role=role_key(m.role),
+            data=m.to_json(),
+            token_count=tokens[skip + i],
+            created_at=(times[skip + i] if times is not None else None) or at,
+            search_text=indexed_text(m),
+            entry_id=first_entry + i,
+            author=None,
+        )
+        for i, m in enumerate(batch.messages[skip:])
+    ]
+
+
+def change_row(
+    conversation: str, revision: int, change: Change, at: datetime, added: int | None = None
+) -> Row:
+    """A row of the changes table: ``change`` recorded as ``revision``, made ``at``.
+    ``added`` counts the entries it added when the change itself does not hold them
+    (``_editable.change_log.encode``)."""
+    return record_row(conversation, revision, change.kind, change.author, at, encode(change, added))
+
+
+def record_row(
+    conversation: str, revision: int, kind: str, author: str | None, at: datetime, record: str
+) -> Row:
+    """A row of the changes table from its columns, the ``record`` already encoded (as
+    an export file carries it)."""
+    return {
+        "conversation_id": conversation,
+        "revision": revision,
+        "kind": kind,
+        "author": author,
+        "at": at,
+        "record": record,
+    }
