@@ -61,7 +61,7 @@ class Store(EditableCalls):
         self._owner = owner
         self._is_view = shared is not None
         if shared is None:
-            shared = Shared(settings.executor(engine))
+            shared = Shared(settings.executor(engine), reuse_compiled=owns_engine)
         self._shared = shared
         self._executor = shared.executor
         ctx = self._ctx = self.internals = Context(shared, settings, owner)

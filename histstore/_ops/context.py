@@ -45,6 +45,11 @@ class StoreSettings:
         )
 
 
+_COMPILED: dict[tuple[Any, ...], Statements] = {}
+"""The statements of the engines ``connect()`` made, by what their compilation depends
+on (see ``Shared.reuse_compiled``). Compiled statements hold no connection or engine."""
+
+
 @dataclass
 class Shared:
     """What a store and its scoped views share: the executor and the statements
@@ -52,6 +57,10 @@ class Shared:
     checkpoint storage when first asked for)."""
 
     executor: Executor
+    reuse_compiled: bool = False
+    """The engine is one ``connect()`` made from a path or URL: its statements are those of
+    every such engine of the same dialect, server version and schema, so they are
+    compiled once per process (``_COMPILED``), not once per store."""
     _statements: dict[bool, Statements] = field(default_factory=dict)
     _semantic: dict[bool, SemanticStatements] = field(default_factory=dict)
     _checkpoints: dict[bool, CheckpointStatements] = field(default_factory=dict)
@@ -64,7 +73,21 @@ class Shared:
         """The statements of a whole store or (``scoped``) of a user's view."""
         sql = self._statements.get(scoped)
         if sql is None:
-            sql = self._statements[scoped] = Statements(self.executor.driver, scoped)
+            driver = self.executor.driver
+            dialect = driver.dialect
+            key = (
+                type(dialect),
+                dialect.paramstyle,
+                dialect.server_version_info,
+                driver.schema,
+                scoped,
+            )
+            sql = _COMPILED.get(key) if self.reuse_compiled else None
+            if sql is None:
+                sql = Statements(driver, scoped)
+                if self.reuse_compiled:
+                    _COMPILED[key] = sql
+            self._statements[scoped] = sql
         return sql
 
     def semantic_statements(self, scoped: bool) -> SemanticStatements:

@@ -371,3 +371,28 @@ async def test_sqlite_write_gives_up_after_busy_timeout(tmp_path: Path) -> None:
         assert await store.count("c") == 1
         await roundtrip(store)
         assert await store.count("c") == 2
+
+
+async def test_statements_are_compiled_once_per_process(tmp_path: Path) -> None:
+    """Stores that connect() opens on the same kind of database share one set of compiled
+    statements (opening a store costs no compilation after the first), and each works on
+    its own database; a store on a caller's engine compiles its own."""
+    async with (
+        histstore.connect(tmp_path / "a.db") as a,
+        histstore.connect(tmp_path / "b.db") as b,
+    ):
+        assert a.internals.sql is b.internals.sql
+        assert a.scoped("u").internals.sql is b.scoped("u").internals.sql
+        assert a.internals.sql is not a.scoped("u").internals.sql
+        await a.write("c", [Message.user("in a")])
+        await b.write("c", [Message.user("in b"), Message.user("again")])
+        assert [m.content for m in await a.read("c")] == ["in a"]
+        assert [m.content for m in await b.read("c")] == ["in b", "again"]
+        engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'c.db'}")
+        try:
+            async with histstore.connect(engine, migrate=True) as c:
+                assert c.internals.sql is not a.internals.sql
+                await c.write("c", [Message.user("in c")])
+                assert await c.count("c") == 1
+        finally:
+            await engine.dispose()
