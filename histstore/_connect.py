@@ -31,6 +31,7 @@ from ._storage.engine import (
 from ._storage.executor import run_to_completion
 from ._storage.pg_url import display
 from ._storage.statements.dialects import can_create_tables, mode_options
+from ._storage.statements.kinds import is_sqlite
 from ._store import Store, StoreSettings
 
 __all__ = ["connect"]
@@ -199,7 +200,7 @@ async def _open(
         if isinstance(resolved, AsyncEngine)
         else make_engine(resolved, busy_timeout=busy_timeout, read_only=read_only, pooler=pooler)
     )
-    sqlite = engine.dialect.name == "sqlite"
+    sqlite = is_sqlite(engine.dialect)
     settings = StoreSettings(
         count_tokens=count_tokens,
         max_message_bytes=max_message_bytes,

@@ -32,6 +32,8 @@ from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.types import TypeEngine
 
+from .statements.kinds import pairing
+
 __all__ = [
     "EXECUTE",
     "EXECUTE_MANY",
@@ -254,17 +256,15 @@ def for_dialect(dialect: Dialect, schema: str | None = None, *, pooled: bool = F
     Raises:
         ValueError: a driver histstore does not run on, or a schema on SQLite.
     """
-    name, driver = dialect.name, getattr(dialect, "driver", "")
-    if name == "sqlite" and driver == "aiosqlite":
+    paired = pairing(dialect)
+    if paired == "sqlite+aiosqlite":
         if schema is not None:
             raise ValueError("schema= places the tables in a PostgreSQL schema; not on SQLite")
         from . import sqlite_driver as _sqlite_driver
 
         return _sqlite_driver.SqliteDriver(dialect, _sqlite_driver.aiosqlite_one_trip())
-    if name == "postgresql" and driver == "asyncpg":
+    if paired == "postgresql+asyncpg":
         from .pg_driver import PostgresDriver
 
         return PostgresDriver(dialect, schema, pooled)
-    raise ValueError(
-        f"histstore runs on sqlite+aiosqlite and postgresql+asyncpg, not {name}+{driver}"
-    )
+    raise ValueError(f"histstore runs on sqlite+aiosqlite and postgresql+asyncpg, not {paired}")

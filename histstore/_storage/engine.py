@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from .._errors import HistStoreError
 from .pg_driver import never_switch_jit
 from .pg_url import normalize, split
+from .statements.kinds import is_sqlite
 
 __all__ = [
     "BEGIN_OPTION",
@@ -345,5 +346,5 @@ def _on_begin(conn: Connection) -> None:
 def install_hooks(engine: AsyncEngine) -> None:
     """Register the SQLite begin hook on ``engine`` (once; other dialects need none)."""
     sync = engine.sync_engine
-    if sync.dialect.name == "sqlite" and not event.contains(sync, "begin", _on_begin):
+    if is_sqlite(sync.dialect) and not event.contains(sync, "begin", _on_begin):
         event.listen(sync, "begin", _on_begin)

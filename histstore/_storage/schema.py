@@ -30,6 +30,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.types import TypeDecorator
 
+from .statements.kinds import is_sqlite
+
 __all__ = [
     "CONVERSATION_TABLES",
     "FTS_TABLE",
@@ -106,7 +108,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             raise ValueError("naive datetime")
         value = value.astimezone(timezone.utc)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+        return value.replace(tzinfo=None) if is_sqlite(dialect) else value
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:
