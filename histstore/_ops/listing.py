@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, Select, and_, exists, select
@@ -13,14 +13,29 @@ from .._core import codec as _codec
 from .._core import rules as _rules
 from .._storage import schema as s
 from .._storage.drivers import FETCH, Program
+from .._storage.rows import now
 from .context import Context
 from .history import delete_conversation
 
-__all__ = ["Listing", "Order", "metadata_filter", "select_filtered", "select_ids"]
+__all__ = ["Listing", "Order", "idle_cutoff", "metadata_filter", "select_filtered", "select_ids"]
 
 Order = Literal["id", "created", "updated"]
 _conv = s.conversations
 PURGE_BATCH = 500
+
+
+def idle_cutoff(idle_for: timedelta) -> datetime:
+    """The time before which a conversation last changed counts as idle for ``idle_for``.
+
+    Raises:
+        TypeError: ``idle_for`` is not a ``timedelta``.
+        ValueError: it is negative.
+    """
+    if not isinstance(idle_for, timedelta):
+        raise TypeError("idle_for must be a timedelta")
+    if idle_for < timedelta(0):
+        raise ValueError("idle_for must not be negative")
+    return now() - idle_for
 
 
 class Listing:
@@ -62,12 +77,8 @@ class Listing:
         self, idle_for: timedelta, progress: Callable[[int], None] | None = None
     ) -> int:
         """``Store.purge``; ``progress(deleted so far)`` after every batch."""
-        if not isinstance(idle_for, timedelta):
-            raise TypeError("idle_for must be a timedelta")
-        if idle_for < timedelta(0):
-            raise ValueError("idle_for must not be negative")
         ctx = self._ctx
-        cutoff = datetime.now(timezone.utc) - idle_for
+        cutoff = idle_cutoff(idle_for)
 
         # Locking the rows first means a conversation changed meanwhile is skipped
         # whole (its lock makes the change wait, or the change makes it recent).

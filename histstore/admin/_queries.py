@@ -20,7 +20,7 @@ from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.ids import validate_id
 from .._errors import NotFound
-from .._ops.listing import Listing, select_filtered, select_ids
+from .._ops.listing import Listing, idle_cutoff, select_filtered, select_ids
 from .._ops.text_search import TextSearch
 from .._storage import migrations as _migrations
 from .._storage import schema as s
@@ -346,21 +346,13 @@ async def count_conversations(
     return await store.internals.executor.run(work, mode="read", action="count conversations")
 
 
-def _idle_cutoff(idle_for: timedelta) -> datetime:
-    if not isinstance(idle_for, timedelta):
-        raise TypeError("idle_for must be a timedelta")
-    if idle_for < timedelta(0):
-        raise ValueError("idle_for must not be negative")
-    return datetime.now(timezone.utc) - idle_for
-
-
 async def purge_candidates(store: Store, *, idle_for: timedelta) -> list[str]:
     """The ids ``store.purge(idle_for=idle_for)`` would delete now, in id order.
 
     Raises:
         TypeError, ValueError: ``idle_for`` is not a non-negative ``timedelta``.
     """
-    cutoff = _idle_cutoff(idle_for)
+    cutoff = idle_cutoff(idle_for)
     stmt = _visible_ids(store).where(_conv.c.updated_at < cutoff).order_by(_conv.c.id)
 
     async def work(conn: AsyncConnection) -> list[str]:
@@ -439,7 +431,7 @@ async def purge(
     Raises:
         TypeError, ValueError: ``idle_for`` is not a non-negative ``timedelta``.
     """
-    cutoff = _idle_cutoff(idle_for)
+    cutoff = idle_cutoff(idle_for)
     if progress is None:
         return await store.purge(idle_for=idle_for)
     idle = _scoped(store, select(func.count()).where(_conv.c.updated_at < cutoff))

@@ -4,7 +4,6 @@ owner (and the rule that decides which threads it sees), and small helpers."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import ColumnElement, exists
@@ -25,7 +24,6 @@ __all__ = [
     "WRITES",
     "CheckpointScope",
     "chunks",
-    "utc_now",
 ]
 
 T = TypeVar("T")
@@ -37,11 +35,6 @@ CHANNELS = s.checkpoint_channels
 WRITES = s.checkpoint_writes
 CHUNK = 400
 """Keys per ``IN`` list (well under SQLite's and asyncpg's parameter limits)."""
-
-
-def utc_now() -> datetime:
-    """The time a checkpoint or thread row records (UTC)."""
-    return datetime.now(timezone.utc)
 
 
 def chunks(items: Sequence[T], size: int = CHUNK) -> Iterable[Sequence[T]]:

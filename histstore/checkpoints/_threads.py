@@ -9,7 +9,8 @@ from sqlalchemy import delete, func, literal, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._errors import ConflictError, NotFound
-from ._scope import BLOBS, CHANNELS, CHECKPOINTS, THREADS, WRITES, CheckpointScope, chunks, utc_now
+from .._storage.rows import now as clock
+from ._scope import BLOBS, CHANNELS, CHECKPOINTS, THREADS, WRITES, CheckpointScope, chunks
 
 __all__ = ["ThreadOperations"]
 
@@ -121,7 +122,7 @@ class ThreadOperations(CheckpointScope):
             NotFound: the source is unknown (or foreign).
             ConflictError: the target thread exists (its checkpoints are left as they are).
         """
-        now = utc_now()
+        now = clock()
 
         async def work(conn: AsyncConnection) -> None:
             owner_query = select(THREADS.c.owner).where(THREADS.c.thread_id == source)

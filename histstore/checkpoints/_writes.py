@@ -9,8 +9,9 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._errors import NotFound
+from .._storage.rows import now as clock
 from ._records import Blob, Write
-from ._scope import CheckpointScope, utc_now
+from ._scope import CheckpointScope
 
 __all__ = ["CheckpointWrites"]
 
@@ -49,7 +50,7 @@ class CheckpointWrites(CheckpointScope):
             metadata: a JSON object, as text.
             run_id: the run that made it (``delete_runs`` finds it by this).
         """
-        now = utc_now()
+        now = clock()
         key = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
         row = {
             **key,
@@ -114,7 +115,7 @@ class CheckpointWrites(CheckpointScope):
         stmt = self._sql.replace_writes if replace else self._sql.keep_writes
 
         async def work(conn: AsyncConnection) -> None:
-            await self._touch(conn, thread_id, utc_now())
+            await self._touch(conn, thread_id, clock())
             await conn.execute(stmt, rows)
 
         await self._run("write", f"saving pending writes of thread {thread_id!r}", work)
