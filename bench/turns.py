@@ -266,6 +266,21 @@ class RawSqlite:
             self.conn = None
 
 
+def append_args(cid: str, batch: list[dict[str, Any]]) -> list[Any]:
+    """The arguments of ``APPEND_ONE_SQL`` for one batch, encoded as the raw baseline does."""
+    texts = [encode(m) for m in batch]
+    return [
+        cid,
+        len(texts),
+        datetime.now(timezone.utc),
+        uuid.uuid4().hex,
+        batch_digest(texts),
+        [m["role"] for m in batch],
+        texts,
+        [m["content"] for m in batch],
+    ]
+
+
 async def _no_reset(conn: Any) -> None:
     return None
 
@@ -304,19 +319,7 @@ class RawPostgres:
     async def turn(self, worker: int, cid: str, batch: list[dict[str, Any]]) -> None:
         async with self.pool.acquire() as conn:
             await conn.fetch(READ_SQL, cid, READ_LIMIT)
-            texts = [encode(m) for m in batch]
-            now = datetime.now(timezone.utc)
-            await conn.execute(
-                APPEND_ONE_SQL,
-                cid,
-                len(texts),
-                now,
-                uuid.uuid4().hex,
-                batch_digest(texts),
-                [m["role"] for m in batch],
-                texts,
-                [m["content"] for m in batch],
-            )
+            await conn.execute(APPEND_ONE_SQL, *append_args(cid, batch))
 
     async def length(self, cid: str) -> int:
         await self.prepare(max(self.size, 1))
@@ -372,18 +375,8 @@ class RawPooledPostgres(RawPostgres):
 
     async def turn(self, worker: int, cid: str, batch: list[dict[str, Any]]) -> None:
         await (await self._unnamed(worker, READ_SQL)).fetch(cid, READ_LIMIT)
-        texts = [encode(m) for m in batch]
         append = await self._unnamed(worker, APPEND_ONE_SQL)
-        await append.fetch(
-            cid,
-            len(texts),
-            datetime.now(timezone.utc),
-            uuid.uuid4().hex,
-            batch_digest(texts),
-            [m["role"] for m in batch],
-            texts,
-            [m["content"] for m in batch],
-        )
+        await append.fetch(*append_args(cid, batch))
 
     async def length(self, cid: str) -> int:
         await self.prepare(max(len(self.conns), 1))
