@@ -13,6 +13,10 @@ and their outputs, reasoning items) is stored as one histstore message, unchange
 ``get_items()`` returns dicts equal to those ``add_items()`` was given. The session id
 is the conversation id, so the history is also readable through ``Store.read`` and the
 rest of histstore (``histstore.turns`` understands these items).
+
+Wrapped in the SDK's ``OpenAIResponsesCompactionSession``, a compaction replaces the
+items in one transaction, recorded as one change by ``COMPACTION_AUTHOR`` that
+``Store.revert`` undoes; a failure or a crash part way leaves the history as it was.
 """
 
 from __future__ import annotations
@@ -33,10 +37,14 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise _missing_framework("openai_agents", "openai-agents", _exc) from _exc
 
+from . import _openai_compaction
+from ._openai_compaction import COMPACTION_AUTHOR as COMPACTION_AUTHOR
+
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
+    from agents.memory.session import _CompactionSnapshot
 
-__all__ = ["HiststoreSession"]
+__all__ = ["COMPACTION_AUTHOR", "HiststoreSession"]
 
 
 class WindowReader(Protocol):
@@ -72,6 +80,13 @@ class HiststoreSession(_StoreAdapter):
     the whole history. ``add_items`` stores a batch in one transaction, after whatever
     the conversation holds at that moment, so batches added concurrently never
     interleave.
+
+    Wrapped in the SDK's ``OpenAIResponsesCompactionSession``, a compaction (automatic
+    after a run, or ``run_compaction()``) is one ``store.commit`` of one splice by
+    ``COMPACTION_AUTHOR``: never a clear and an add. It is one change record, so
+    ``store.revert(session_id, revision_before, by=...)`` undoes it, and it is all or
+    nothing. An automatic compaction whose history changed after the SDK read it (a
+    write from another session or process) is skipped, the newer items kept.
 
     Raises:
         InvalidId: ``session_id`` breaks the id rules.
@@ -152,6 +167,43 @@ class HiststoreSession(_StoreAdapter):
         """Remove every item of the session (its whole histstore conversation)."""
         store = await self._store()
         await store.clear(self.session_id)
+
+    # The SDK's compaction hooks, probed by OpenAIResponsesCompactionSession.
+
+    def _stores_items_as_given(self) -> bool:
+        """Whether the hooks may bypass ``get_items``/``add_items``: not when a subclass
+        transforms items there (the SDK then clears and adds through them)."""
+        cls = type(self)
+        return (
+            cls.get_items is HiststoreSession.get_items
+            and cls.add_items is HiststoreSession.add_items
+        )
+
+    async def _get_compaction_snapshot(
+        self,
+        limit: int,
+        *,
+        prune_prefix: Callable[[TResponseInputItem], bool] | None = None,
+    ) -> _CompactionSnapshot | None:
+        """The newest ``limit`` items and a ``replace_suffix`` that commits one splice,
+        refused (``False``) when the conversation changed since this read."""
+        if not self._stores_items_as_given():
+            return None
+        store = await self._store()
+        return await _openai_compaction.snapshot(store, self.session_id, limit, prune_prefix)
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """Make ``items`` the whole history in one commit of one change.
+
+        Raises:
+            ConflictError: another writer changed the session meanwhile; nothing is
+                written (call ``run_compaction()`` again).
+        """
+        if not self._stores_items_as_given():
+            return False
+        store = await self._store()
+        await _openai_compaction.replace_all(store, self.session_id, items)
+        return True
 
     def __repr__(self) -> str:
         return f"HiststoreSession({self.session_id!r})"
