@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ._core.ids import validate_id
 from ._core.models import ConversationState, Message, MessageLike, Summary, WriteOutcome
@@ -21,7 +21,6 @@ from ._ops.listing import Listing, Order
 from ._ops.lists import Lists
 from ._ops.state import State
 from ._ops.text_search import TextSearch
-from ._storage.statements.dialects import Mode
 from ._store_edits import EditableCalls
 
 __all__ = ["Store", "StoreSettings"]
@@ -64,7 +63,7 @@ class Store(EditableCalls):
             shared = Shared(settings.executor(engine), reuse_compiled=owns_engine)
         self._shared = shared
         self._executor = shared.executor
-        ctx = self._ctx = self.internals = Context(shared, settings, owner)
+        ctx = self.internals = Context(shared, settings, owner)
         self._history = History(ctx)
         self._state = State(ctx)
         self._lists = Lists(ctx)
@@ -150,18 +149,6 @@ class Store(EditableCalls):
         url = self._engine.url.render_as_string(hide_password=True)
         scope = "" if self._owner is None else f", user={self._owner!r}"
         return f"<histstore.Store {url}{scope}>"
-
-    async def _run(
-        self,
-        work: Callable[[AsyncConnection], Awaitable[T]],
-        *,
-        mode: Mode,
-        action: str,
-        conversation: str | None = None,
-    ) -> T:
-        """Run SQLAlchemy Core ``work`` in one transaction of ``mode``. Only tests call
-        it; histstore's modules run through ``internals.executor.run``."""
-        return await self._executor.run(work, mode=mode, action=action, conversation=conversation)
 
     def lease(
         self, conversation: str, *, ttl: float = 60, wait: bool = True

@@ -92,19 +92,6 @@ class Message:
         """A ``tool`` message answering the call ``tool_call_id``."""
         return cls("tool", content, tool_call_id=tool_call_id, **fields)
 
-    @classmethod
-    def _stored(
-        cls,
-        text: str,
-        position: int | None,
-        created_at: Any,
-        convert: Callable[[Any], datetime | None] | None = None,
-        entry_id: int | None = None,
-        author: str | None = None,
-    ) -> Message:
-        """``stored_message`` (kept for the tests that still name it)."""
-        return stored_message(text, position, created_at, convert, entry_id, author)
-
     @property
     def created_at(self) -> datetime | None:
         """When the message was stored (an aware UTC datetime), for messages read back."""

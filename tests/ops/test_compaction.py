@@ -21,6 +21,7 @@ from histstore import (
     WindowTooSmall,
     compact,
 )
+from histstore._core.models import stored_message
 from histstore.compaction import DEFAULT_AUTHOR, CompactionPlan, plan_compaction, summary_message
 from histstore.turns import _calls, _results, pending_tool_calls, split_turns, validate_pairing
 from histstore.window import WindowStore
@@ -229,6 +230,51 @@ def test_plan_never_separates_a_call_from_a_result_in_a_later_turn() -> None:
     ]
     assert plan_compaction(anthropic, keep_turns=2) == CompactionPlan(0, 5, (), (0, 1, 2, 3, 4), 2)
     assert plan_compaction(anthropic, keep_turns=3) is None
+
+
+def adk(role: str, **part: Any) -> dict[str, Any]:
+    """An ADK event as the ADK adapter stores it (one part)."""
+    content = {"role": "model" if role == "assistant" else "user", "parts": [part]}
+    return {"role": role, "type": "adk_event", "event": {"author": "a", "content": content}}
+
+
+def pydantic(role: str, kind: str, **part: Any) -> dict[str, Any]:
+    """A Pydantic AI message as its adapter stores it (one part)."""
+    message = {"kind": kind, "parts": [part]}
+    return {"role": role, "type": "pydantic_ai", "message": message}
+
+
+def test_plan_pairs_framework_envelopes_by_their_ids() -> None:
+    # The adapters' envelopes are turns by their role; a call answered after the next
+    # user message keeps both turns together, as for every other shape.
+    adk_history = [
+        adk("user", text="q0"),
+        adk("assistant", function_call={"id": "late", "name": "f", "args": {}}),
+        adk("user", text="q1"),
+        adk("tool", function_response={"id": "late", "name": "f", "response": {}}),
+        adk("assistant", text="a1"),
+        *turns_of(2, 3),
+    ]
+    pyd_history = [
+        pydantic("user", "request", part_kind="user-prompt", content="q0"),
+        pydantic(
+            "assistant", "response", part_kind="tool-call", tool_name="f", tool_call_id="late"
+        ),
+        pydantic("user", "request", part_kind="user-prompt", content="q1"),
+        pydantic("tool", "request", part_kind="tool-return", tool_name="f", tool_call_id="late"),
+        pydantic("assistant", "response", part_kind="text", content="a1"),
+        *turns_of(2, 3),
+    ]
+    for history in (adk_history, pyd_history):
+        assert plan_compaction(history, keep_turns=3) is None
+        assert plan_compaction(history, keep_turns=2) == CompactionPlan(
+            0, 5, (), (0, 1, 2, 3, 4), 2
+        )
+        # With keep_turns=0 a newest turn whose call waits for its result stays.
+        waiting = [*history[5:], history[0], history[1]]
+        assert plan_compaction(waiting, keep_turns=0) == CompactionPlan(0, 4, (), (0, 1, 2, 3), 2)
+    with pytest.raises(InvalidMessage):
+        summary_message(adk_history[1])
 
 
 @pytest.mark.parametrize(
@@ -503,6 +549,28 @@ async def test_nothing_to_compact(store: histstore.Store) -> None:
     assert await store.read(c) == [Message.system("s"), *turns_of(0, 1)]
 
 
+async def test_compacting_with_nothing_new_changes_nothing(store: histstore.Store) -> None:
+    """Compacting again when the only run old enough is its own previous summary asks
+    for no summary and records no change; anything new makes it compact again."""
+    c = new_id()
+    await store.write(c, [Message.system("s"), *turns_of(0, 1, 2)])
+    assert await compact(store, c, Summarizer("first"), keep_turns=2) is not None
+    before, changes = await revision(store, c), await store.changes(c)
+    again = Summarizer("second")
+    assert await compact(store, c, again, keep_turns=2) is None
+    assert again.calls == []
+    assert await revision(store, c) == before
+    assert await store.changes(c) == changes
+    # Another author's summary is not this one's: it is compacted as any message.
+    assert await compact(store, c, again, keep_turns=2, by="other") is not None
+    assert again.calls == [[Message.user("first")]]
+    # One new turn makes the run the summary and the turn it pushed out of the window.
+    await store.write(c, turns_of(3))
+    third = Summarizer("third")
+    assert await compact(store, c, third, keep_turns=2) is not None
+    assert third.calls == [[Message.user("second"), *turns_of(1)]]
+
+
 async def test_bad_arguments_write_nothing(store: histstore.Store) -> None:
     c = new_id()
     await store.write(c, turns_of(0, 1, 2, 3))
@@ -772,7 +840,7 @@ class ListStore:
     count_tokens = None
 
     def __init__(self, messages: list[Message], authors: list[str | None]) -> None:
-        self.messages = [Message._stored(m.to_json(), i, None) for i, m in enumerate(messages)]
+        self.messages = [stored_message(m.to_json(), i, None) for i, m in enumerate(messages)]
         self.authors = authors
 
     async def read(

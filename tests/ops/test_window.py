@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import histstore
 from histstore import InvalidId, Message, WindowTooSmall
+from histstore._core.models import stored_message
 from histstore.turns import split_turns, validate_pairing
 from histstore.window import WindowStore
 
@@ -289,7 +290,7 @@ class ListStore:
     count_tokens = None
 
     def __init__(self, messages: list[Message]) -> None:
-        self.messages = [Message._stored(m.to_json(), i, None) for i, m in enumerate(messages)]
+        self.messages = [stored_message(m.to_json(), i, None) for i, m in enumerate(messages)]
         self.fetched = 0
 
     async def read(

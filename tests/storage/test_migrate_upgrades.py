@@ -1,7 +1,8 @@
 """SPEC 14, upgrades: ``histstore migrate --sql`` from a database's own revision, applied
 by ``psql -v ON_ERROR_STOP=1``, and ``migrate --lock-timeout`` behind another session's
 locks. Databases at each earlier revision are made with Alembic and filled with rows as
-that revision's schema holds them; the command runs as a subprocess, as a user runs it.
+that revision's schema holds them. The command runs in this process (``cli_runner.run``),
+and as a child process, as a user runs it, where its own start is part of the timing.
 """
 
 from __future__ import annotations
@@ -14,14 +15,14 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 from alembic import command
-from helpers import PYTHON, empty_pg_database, subprocess_env
+from cli_runner import Result, run, run_subprocess
+from helpers import empty_pg_database
 from sqlalchemy import Column, MetaData, Table, insert, inspect, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -54,30 +55,14 @@ METADATA: dict[str, dict[str, Any]] = {"c0": {"topic": "whales", "n": [1, 2]}, "
 # ---------------------------------------------------------------------------- helpers
 
 
-@dataclass
-class Result:
-    code: int
-    out: str
-    err: str
-
-
 async def histstore_cli(*args: str) -> Result:
-    """Run ``python -m histstore ARGS`` as a user would."""
-    env = subprocess_env()
-    env.pop("HISTSTORE_URL", None)
-    proc = await asyncio.create_subprocess_exec(
-        PYTHON,
-        "-m",
-        "histstore",
-        *args,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=300)
-    assert proc.returncode is not None
-    return Result(proc.returncode, out.decode(), err.decode())
+    """Run ``histstore ARGS`` in this process, with no ``$HISTSTORE_URL``."""
+    saved = os.environ.pop("HISTSTORE_URL", None)
+    try:
+        return await run(*args)
+    finally:
+        if saved is not None:
+            os.environ["HISTSTORE_URL"] = saved
 
 
 async def psql(url: str, script: str) -> Result:
@@ -430,7 +415,7 @@ async def test_migrate_behind_a_lock_gives_up_saying_nothing_changed(
     async with older_database(kind, tmp_path, request) as url:
         async with held(kind, url):
             started = time.monotonic()
-            result = await histstore_cli("migrate", "--lock-timeout", "0.5", "--url", url)
+            result = await run_subprocess("migrate", "--lock-timeout", "0.5", "--url", url)
             took = time.monotonic() - started
             assert result.code == 1, result.out
             assert "Nothing was changed" in result.err

@@ -18,7 +18,7 @@ from histstore._storage.drivers import EXECUTE, Program
 
 
 def _noop(store: histstore.Store) -> Program[bool]:
-    yield EXECUTE, store._ctx.sql.set_length, {"c": "none", "length": 0, "now": None}
+    yield EXECUTE, store.internals.sql.set_length, {"c": "none", "length": 0, "now": None}
     return True
 
 

@@ -236,7 +236,7 @@ async def session_row(store: histstore.Store, sql: str) -> Any:
     async def work(conn: AsyncConnection) -> Any:
         return (await conn.execute(text(sql))).one()
 
-    return await store._run(work, mode="snapshot", action="reading the session")
+    return await store.internals.executor.run(work, mode="snapshot", action="reading the session")
 
 
 MY_SSL = "SELECT ssl, client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
