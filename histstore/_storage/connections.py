@@ -9,7 +9,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection, QueuePool
 from sqlalchemy.util import greenlet_spawn
 
-__all__ = ["ConnectionCache"]
+from .orphans import release_orphaned
+
+__all__ = ["ConnectionCache", "release_connections"]
 
 
 class ConnectionCache:
@@ -84,6 +86,18 @@ class ConnectionCache:
         if self._idle and not self._closed:
             self._schedule(max(0.0, self._idle[0][0] + self._max_idle - monotonic()) + 0.01)
 
+    def abandon(self) -> list[PoolProxiedConnection]:
+        """Stop keeping connections without touching the event loop (it has closed):
+        the kept ones are handed to the caller, to terminate."""
+        self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._sweeper = None
+        kept = [raw for _since, raw in self._idle]
+        self._idle.clear()
+        return kept
+
     async def close(self) -> None:
         """Give every cached connection back to the pool; later ones go straight back."""
         self._closed = True
@@ -99,3 +113,16 @@ class ConnectionCache:
 
 
 _MAX_CACHED = 16
+
+
+async def release_connections(
+    cache: ConnectionCache, engine: AsyncEngine, dispose: bool, *, orphaned: bool
+) -> None:
+    """Close ``cache`` and, with ``dispose``, ``engine``: on the loop the connections belong
+    to, or, ``orphaned``, on another after that loop has closed (see ``_storage.orphans``)."""
+    if orphaned:
+        await release_orphaned(engine, cache.abandon(), dispose=dispose)
+        return
+    await cache.close()
+    if dispose:
+        await engine.dispose()

@@ -22,7 +22,7 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.util import greenlet_spawn
 
 from .._errors import HistStoreError
-from .connections import ConnectionCache
+from .connections import ConnectionCache, release_connections
 from .dberrors import DATABASE_ERRORS, DatabaseFailure, connection_lost, failure, not_committed
 from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_dialect
 from .engine import SETTINGS_OPTION, SETUP_KEY, SqliteSettings, is_memory_url, sqlite_setup
@@ -172,14 +172,15 @@ class Executor:
             )
 
     async def close(self, *, dispose: bool) -> None:
-        """Give every kept connection back; with ``dispose`` close the engine too."""
+        """Give every kept connection back; with ``dispose`` close the engine too (from any
+        loop once the store's own has closed: ``_storage.orphans``)."""
         if self._closed:
             return
-        self.check()
+        orphaned = self._loop is not None and self._loop.is_closed()
+        if not orphaned:
+            self.check()
         self._closed = True
-        await self._cache.close()
-        if dispose:
-            await self._base_engine.dispose()
+        await release_connections(self._cache, self._base_engine, dispose, orphaned=orphaned)
 
     def compile(self, stmt: ClauseElement) -> CompiledStatement:
         """Compile a Core statement for this store's driver."""

@@ -15,12 +15,30 @@ defaults, and released by the adapter's ``close()`` or ``async with``). For othe
 options, such as ``pooler="transaction"``, open the store yourself and pass it.
 Importing an adapter's module without its framework raises ``ImportError`` naming the
 extra to install.
+
+An owned adapter works from any event loop: each loop it is used on gets a store of its
+own (connections belong to one loop), opened on that loop's first call and found again
+by a dict lookup; the sync methods of the LangGraph and LangChain adapters run on a
+private loop thread. So successive ``asyncio.run`` calls, a framework's own loop and
+worker threads with loops of their own all work. A loop's store is closed when the loop
+ends through ``asyncio.run`` (or anything calling ``loop.shutdown_asyncgens()``); a loop
+closed without that leaves its store to be released later, its connections terminated
+(asyncpg's) or closed (aiosqlite's) without that loop, as soon as another loop opens its
+own store or the adapter closes. ``close()`` / ``aclose()`` (or leaving ``async with`` /
+``with``) may be called from any thread or loop: it releases every store, on its loop
+while that runs, and never raises because a loop has closed. An adapter that is garbage
+collected, or still open at interpreter exit, releases its stores the same way. An
+in-memory target (``":memory:"``) is a database per store, so per loop: share a
+``Store`` instead. An ``AsyncEngine`` target is shared by the stores of every loop, as
+given: its pool must suit them (SQLAlchemy: one engine per loop, or ``NullPool``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import weakref
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from sqlalchemy import URL
@@ -28,12 +46,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from histstore import HistStoreError, InvalidMessage, Message, Store, connect
 
+from ._loops import FINALIZER_PATIENCE, LoopStores
+
 __all__ = ["StoreTarget"]
 
 StoreTarget = Store | str | os.PathLike[str] | URL | AsyncEngine | None
 """What an adapter's ``store`` argument takes: a ``Store``, or a ``connect()`` target."""
 
 _A = TypeVar("_A", bound="_StoreAdapter")
+T = TypeVar("T")
 
 
 def _missing_framework(module: str, extra: str, exc: ImportError) -> ImportError:
@@ -61,23 +82,31 @@ def _unwrap(message: Message, kind: str, key: str, describe: str) -> dict[str, A
 
 
 class _StoreHandle:
-    """The store an adapter works on: borrowed, or owned and opened on first use.
+    """The store an adapter works on: borrowed, or owned (one store per event loop).
 
-    An owned store is opened on the event loop of its first use and belongs to that loop
-    (its connections do); using it from another loop raises ``RuntimeError``. A
-    borrowed store is used on whatever loop calls, as any ``Store`` is.
+    A borrowed store is used on whatever loop calls, as any ``Store`` is. An owned one
+    is opened on each loop's first call and released when that loop ends or the adapter
+    closes (``_loops.LoopStores``); finding it again costs a dict lookup.
     """
 
-    __slots__ = ("_closed", "_loop", "_opening", "_store", "_target", "owned")
+    __slots__ = (
+        "__weakref__",
+        "_borrowed",
+        "_closed",
+        "_derived",
+        "_finalizer",
+        "_stores",
+        "owned",
+    )
 
     def __init__(self, store: StoreTarget) -> None:
-        self._store: Store | None = None
-        self._target: object = None
-        self._opening: asyncio.Task[Store] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._borrowed: Store | None = None
+        self._stores: LoopStores | None = None
         self._closed = False
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._derived: dict[Callable[[Store], Any], Any] = {}
         if isinstance(store, Store):
-            self._store = store
+            self._borrowed = store
             self.owned = False
         else:
             if store is not None and not isinstance(store, (str, os.PathLike, URL, AsyncEngine)):
@@ -86,13 +115,10 @@ class _StoreHandle:
                     f" AsyncEngine, not {type(store).__name__}"
                 )
             connect(store)  # a malformed URL fails here, not on first use (nothing opens)
-            self._target = store
+            self._stores = LoopStores(store)
+            # An adapter dropped unclosed, or still open at exit, releases its stores.
+            self._finalizer = weakref.finalize(self, self._stores.close, FINALIZER_PATIENCE)
             self.owned = True
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop | None:
-        """The loop an owned store was opened on; ``None`` before that (or when borrowed)."""
-        return self._loop
 
     @property
     def closed(self) -> bool:
@@ -100,53 +126,62 @@ class _StoreHandle:
         return self._closed
 
     async def get(self) -> Store:
-        """The store, opened on the running loop when owned and not yet open.
+        """The store: borrowed, or the running loop's own (opened now if it is not yet).
 
         Raises:
             HistStoreError: the adapter was closed.
-            RuntimeError: an owned store is used from a loop other than its own.
         """
         if self._closed:
             raise HistStoreError("the adapter is closed")
-        if not self.owned:
-            assert self._store is not None
-            return self._store
-        loop = asyncio.get_running_loop()
-        if self._loop is None:
-            self._loop = loop
-            self._opening = loop.create_task(self._open())
-        elif self._loop is not loop:
-            raise RuntimeError(
-                "the adapter's store was opened on another event loop; an adapter given a"
-                " URL or path belongs to the loop that first used it"
-            )
-        if self._store is not None:
-            return self._store
-        assert self._opening is not None
-        return await asyncio.shield(self._opening)
+        if self._stores is None:
+            assert self._borrowed is not None
+            return self._borrowed
+        entry = self._stores.by_loop.get(asyncio.get_running_loop())
+        if entry is not None and entry.store is not None:
+            return entry.store
+        return await self._stores.open_here()
 
-    async def _open(self) -> Store:
-        try:
-            store = await connect(self._target)  # type: ignore[arg-type]
-        except BaseException:
-            self._loop = self._opening = None  # the next call tries again
-            raise
-        self._store = store
-        return store
+    async def derived(self, make: Callable[[Store], T]) -> T:
+        """``make(store)`` for the store ``get()`` returns, made once per store."""
+        if self._stores is not None and not self._closed:
+            return await self._stores.derived(make)
+        store = await self.get()
+        if make not in self._derived:
+            self._derived[make] = make(store)
+        value: T = self._derived[make]
+        return value
+
+    def private_loop(self, thread_name: str) -> asyncio.AbstractEventLoop:
+        """The loop of a private thread that runs an owned adapter's sync calls (started on
+        first use, stopped by ``close``).
+
+        Raises:
+            HistStoreError: the adapter was closed.
+        """
+        if self._closed or self._stores is None:
+            raise HistStoreError("the adapter is closed" if self._closed else "not owned")
+        return self._stores.private_loop(thread_name)
 
     async def close(self) -> None:
-        """Close an owned store (on its own loop); a borrowed one is left as it is. Idempotent."""
-        if not self.owned:
+        """Release every owned store (each on its loop, or terminated once its loop has
+        closed) and the private thread; a borrowed store is left as it is. Idempotent."""
+        if self._stores is None:
             return
-        if self._loop is not None and self._loop is not asyncio.get_running_loop():
-            raise RuntimeError("an owned store must be closed on the event loop it was opened on")
         self._closed = True
-        opening, self._opening = self._opening, None
-        if opening is not None and not opening.done():
-            await asyncio.wait([opening])
-        store, self._store = self._store, None
-        if store is not None:
-            await store.close()
+        await self._stores.aclose()
+        self._detach()
+
+    def close_sync(self) -> None:
+        """``close`` from sync code."""
+        if self._stores is None:
+            return
+        self._closed = True
+        self._stores.close()
+        self._detach()
+
+    def _detach(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer.detach()
 
 
 class _StoreAdapter:
