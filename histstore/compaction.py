@@ -23,6 +23,12 @@ What the run is (where SPEC 11 is silent, the choices are written here):
   waits for its result (``turns.pending_tool_calls``) is kept, because that result
   would otherwise answer nothing; unanswered calls of older turns are compacted.
 - ``summarize`` receives the run's messages other than system messages (those stay).
+- Framework envelopes (what the ADK and Pydantic AI adapters store) are turns by their
+  ``role`` as any message, and their tool calls pair by the framework's ids (ADK
+  ``function_call`` / ``function_response`` ids, Pydantic AI ``tool_call_id``). The
+  adapters read the summary back as a framework message.
+- Compacting again when nothing new is old enough (the run would be the previous
+  summary of the same author alone) does nothing: ``summarize`` is not called.
 """
 
 from __future__ import annotations
@@ -207,8 +213,10 @@ async def compact(
         by: the author of the change and of the summary entry.
 
     Returns:
-        What the splice did (``Spliced``), or ``None`` when there is nothing to compact;
-        then ``summarize`` is not called and nothing is written.
+        What the splice did (``Spliced``), or ``None`` when there is nothing to compact
+        (no whole turn is old enough, or the only one is the previous summary by ``by``:
+        nothing new happened since); then ``summarize`` is not called and nothing is
+        written.
 
     Raises:
         InvalidId: bad conversation id.
@@ -229,6 +237,8 @@ async def compact(
     plan = plan_compaction([e.message for e in entries], keep)
     if plan is None:
         return None
+    if len(plan.replaced) == 1 and entries[plan.replaced[0]].author == author:
+        return None  # only its own previous summary: summarizing it again adds nothing
     outcome = summarize([entries[i].message for i in plan.replaced])
     value: object = await outcome if inspect.isawaitable(outcome) else outcome
     summary = summary_message(value)

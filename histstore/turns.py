@@ -29,6 +29,7 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from ._core.framework_text import envelope, envelope_calls, envelope_result_ids
 from ._core.models import Message, MessageLike, as_message, message_data
 from ._errors import InvalidMessage
 
@@ -69,7 +70,7 @@ def _kind(d: Mapping[str, Any]) -> str:
     if role == "system":
         return _SYSTEM
     if role == "user":
-        return _RESULT if _blocks(d, "tool_result") else _USER
+        return _RESULT if _blocks(d, "tool_result") or _envelope_results(d) else _USER
     if role == "tool" or role in _RESULT_ITEMS:
         return _RESULT
     if role == "assistant":
@@ -81,6 +82,9 @@ def _kind(d: Mapping[str, Any]) -> str:
 
 def _calls(d: Mapping[str, Any]) -> list[tuple[Any, Mapping[str, Any]]]:
     """The tool calls a message makes, as ``(id, call)`` pairs in order."""
+    framework = envelope(d)
+    if framework is not None:
+        return list(envelope_calls(*framework))
     found: list[tuple[Any, Mapping[str, Any]]] = []
     tool_calls = d.get("tool_calls")
     if isinstance(tool_calls, list):
@@ -95,6 +99,9 @@ def _calls(d: Mapping[str, Any]) -> list[tuple[Any, Mapping[str, Any]]]:
 
 def _results(d: Mapping[str, Any]) -> list[Any]:
     """The ids of the calls a message answers, in order."""
+    framework = envelope(d)
+    if framework is not None:
+        return envelope_result_ids(*framework)
     role = _role(d)
     if role == "tool":
         return [d.get("tool_call_id")]
@@ -103,6 +110,12 @@ def _results(d: Mapping[str, Any]) -> list[Any]:
     if role == "user":
         return [b.get("tool_use_id") for b in _blocks(d, "tool_result")]
     return []
+
+
+def _envelope_results(d: Mapping[str, Any]) -> bool:
+    """Whether ``d`` is a framework envelope that answers a tool call."""
+    framework = envelope(d)
+    return framework is not None and bool(envelope_result_ids(*framework))
 
 
 def _valid_id(value: Any) -> bool:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._core.models import Message, MessageLike, WriteOutcome
+from ._core.search_text import indexed_text
 from ._errors import WindowTooSmall
 from .turns import _is_system, _starts_turn
 
@@ -36,8 +37,9 @@ def _limit(name: str, value: object) -> int | None:
 
 
 def _merge_system(messages: Sequence[Message]) -> Message:
-    """One system message standing for all of ``messages`` (see ``WindowStore``)."""
-    parts = [c for c in (m.content for m in messages) if c is not None]
+    """One system message standing for all of ``messages`` (see ``WindowStore``); a
+    message without ``content`` (a framework envelope) stands by its indexed text."""
+    parts = [c for c in (_system_content(m) for m in messages) if c is not None]
     content: Any
     if len(parts) == 1:
         content = parts[0]
@@ -53,6 +55,11 @@ def _merge_system(messages: Sequence[Message]) -> Message:
             else:
                 content.append(c)
     return Message.system(content)
+
+
+def _system_content(message: Message) -> Any:
+    content = message.content
+    return indexed_text(message) if content is None else content
 
 
 def _summaries(value: object) -> str | None:

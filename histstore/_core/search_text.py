@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._errors import InvalidMessage
+from .framework_text import envelope, envelope_pieces
 from .models import Message, message_data
 
 __all__ = ["TEXT_BLOCKS", "Hit", "indexed_text", "parse_query"]
@@ -20,8 +21,14 @@ __all__ = ["TEXT_BLOCKS", "Hit", "indexed_text", "parse_query"]
 TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
 """Content block types whose ``text`` is indexed."""
 
-_CALLS = frozenset({"function_call", "custom_tool_call"})
-_RESULTS = frozenset({"function_call_output", "custom_tool_call_output"})
+# Responses items whose ``arguments`` (or ``input``) are a tool call's arguments, and
+# items whose ``output`` is a tool's result (a string or text blocks).
+_CALLS = frozenset(
+    {"function_call", "custom_tool_call", "mcp_call", "mcp_approval_request", "tool_search_call"}
+)
+_RESULTS = frozenset(
+    {"function_call_output", "custom_tool_call_output", "local_shell_call_output", "mcp_call"}
+)
 
 
 @dataclass(frozen=True)
@@ -45,11 +52,18 @@ def indexed_text(message: Message | Mapping[str, Any]) -> str | None:
       ``text``), in a list ``content`` (Chat Completions parts, Responses items,
       Anthropic blocks) or an Anthropic ``tool_result`` block's ``content``;
     - tool-call arguments: Chat Completions ``tool_calls[].function.arguments`` and
-      ``function_call.arguments``, Responses ``function_call`` ``arguments`` and
+      ``function_call.arguments``, LangChain ``tool_calls[].args`` (and
+      ``invalid_tool_calls``), Responses ``function_call``, ``mcp_call``,
+      ``mcp_approval_request`` and ``tool_search_call`` ``arguments`` and
       ``custom_tool_call`` ``input``, Anthropic ``tool_use`` ``input``; JSON arguments
       contribute their string and number values, not their keys;
-    - tool results: Responses ``function_call_output`` ``output`` (a string or text
-      blocks) and Anthropic ``tool_result`` content.
+    - tool results: Responses ``function_call_output``, ``custom_tool_call_output``,
+      ``local_shell_call_output`` and ``mcp_call`` ``output`` (a string or text
+      blocks), ``shell_call_output`` stdout and stderr, and Anthropic ``tool_result``
+      content;
+    - framework envelopes (``adk_event``, ``pydantic_ai``: what the ADK and Pydantic AI
+      adapters store): the text of the framework message they hold, as
+      ``_core.framework_text`` reads it (text parts, tool-call arguments, tool results).
 
     Never indexed: keys, roles, block types, ids, tool names, images, audio, files and
     other binary data, reasoning items. A NUL in the text becomes a space (no database
@@ -70,21 +84,45 @@ def indexed_text(message: Message | Mapping[str, Any]) -> str | None:
 
 def _pieces(d: dict[str, Any]) -> Iterator[str]:
     kind = d.get("type")
+    framework = envelope(d)
+    if framework is not None:
+        yield from _framework(*framework)
+        return
     yield from _content(d.get("content"))
-    calls = d.get("tool_calls")
-    if isinstance(calls, list):
-        for call in calls:
-            fn = call.get("function") if isinstance(call, dict) else None
-            if isinstance(fn, dict):
-                yield from _arguments(fn.get("arguments"))
+    for key in ("tool_calls", "invalid_tool_calls"):
+        calls = d.get(key)
+        if isinstance(calls, list):
+            for call in calls:
+                if not isinstance(call, dict):
+                    continue
+                fn = call.get("function")
+                if isinstance(fn, dict):  # Chat Completions
+                    yield from _arguments(fn.get("arguments"))
+                else:  # LangChain: {"name", "args", "id", "type": "tool_call"}
+                    yield from _arguments(call.get("args"))
     legacy = d.get("function_call")
     if isinstance(legacy, dict):
         yield from _arguments(legacy.get("arguments"))
     if kind in _CALLS:
         yield from _arguments(d.get("arguments"))
         yield from _arguments(d.get("input"))
-    elif kind in _RESULTS:
+    if kind in _RESULTS:
         yield from _content(d.get("output"))
+    elif kind == "shell_call_output" and isinstance(d.get("output"), list):
+        for out in d["output"]:
+            if isinstance(out, dict):
+                yield from (v for v in (out.get("stdout"), out.get("stderr")) if isinstance(v, str))
+
+
+def _framework(kind: str, inner: dict[str, Any]) -> Iterator[str]:
+    for how, value in envelope_pieces(kind, inner):
+        if how == "text":
+            if isinstance(value, str):
+                yield value
+        elif how == "values":
+            yield from _values(value)
+        else:
+            yield from _arguments(value)
 
 
 def _content(value: Any) -> Iterator[str]:

@@ -15,9 +15,10 @@ from google.adk.events import Event
 from google.adk.sessions import Session, State
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from histstore import InvalidMessage, Message
+from histstore import InvalidMessage, Message, indexed_text
 
 from . import _unwrap
+from ._roles import adk_role
 
 __all__ = [
     "APP",
@@ -29,6 +30,7 @@ __all__ = [
     "USER",
     "app_conversation",
     "event_data",
+    "event_key",
     "event_record",
     "json_safe",
     "marker_position",
@@ -40,6 +42,7 @@ __all__ = [
     "state_metadata",
     "state_metadata_key",
     "to_event",
+    "to_events",
     "user_conversation",
 ]
 
@@ -149,17 +152,70 @@ def merged_state(
 
 
 def event_record(event: Event) -> dict[str, Any]:
-    """The histstore message (as a dict) that stores one event."""
-    return {"type": EVENT_TYPE, "event": event.model_dump(mode="json", exclude_none=True)}
+    """The histstore message (as a dict) that stores one event: the event's JSON in an
+    envelope, with the event's role (``_roles.adk_role``) when it has content."""
+    data = event.model_dump(mode="json", exclude_none=True)
+    role = adk_role(data)
+    envelope = {"type": EVENT_TYPE, "event": data}
+    return envelope if role is None else {"role": role, **envelope}
 
 
-def event_data(message: Message) -> dict[str, Any]:
-    """The event JSON of a stored event record, else ``InvalidMessage``."""
-    return _unwrap(message, EVENT_TYPE, "event", "an ADK session is not an ADK event record")
+def event_key(record: dict[str, Any]) -> str:
+    """The idempotency key of an event record: a digest of the event (not of its role, so
+    a record stored before roles were added has the key of the same event stored now)."""
+    canonical = json.dumps(
+        {"type": EVENT_TYPE, "event": record["event"]},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=True,
+    )
+    return "adk-event:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
 
 
-def to_event(message: Message) -> Event:
-    return Event.model_validate(event_data(message))
+def event_data(message: Message, agent: str = "model") -> dict[str, Any]:
+    """The event JSON of a stored message, else ``InvalidMessage``.
+
+    An event record gives the event it holds (its role is ignored). A plain histstore
+    message that an edit put in (``{"role": "user", "content": "summary"}``, e.g. the
+    summary ``histstore.compact`` made) reads as a text event: an ``assistant`` message
+    as the model's (authored by the message's ``name``, else ``agent``), any other as
+    the user's, its text the message's indexed text, its id derived from the entry id
+    and its timestamp the time it was stored.
+    """
+    data = message.to_dict()
+    role = data.get("role")
+    if data.get("type") == EVENT_TYPE or not isinstance(role, str):
+        return _unwrap(message, EVENT_TYPE, "event", "an ADK session is not an ADK event record")
+    model = role == "assistant"
+    name = data.get("name")
+    created = message.created_at
+    return {
+        "id": f"histstore-entry-{message.entry_id}",
+        "invocation_id": "",
+        "author": (name if isinstance(name, str) and name else agent) if model else "user",
+        "timestamp": created.timestamp() if created is not None else 0.0,
+        "content": {
+            "role": "model" if model else "user",
+            "parts": [{"text": indexed_text(message) or ""}],
+        },
+    }
+
+
+def to_event(message: Message, agent: str = "model") -> Event:
+    return Event.model_validate(event_data(message, agent))
+
+
+def to_events(messages: list[Message]) -> list[Event]:
+    """The events of stored messages; a plain assistant message among them is authored
+    by the agent that authored the newest model event they hold."""
+    agent = "model"
+    for message in reversed(messages):
+        data = message.to_dict()
+        event = data.get("event") if data.get("type") == EVENT_TYPE else None
+        if isinstance(event, dict) and event.get("author") not in (None, "user"):
+            agent = str(event["author"])
+            break
+    return [to_event(m, agent) for m in messages]
 
 
 def marker_position(session: Session) -> int | None:

@@ -17,10 +17,18 @@ serialization (``message_to_dict(m)["data"]``: ``type``, ``content``, ``id``, ``
 ``"function"`` (chunks likewise); a ``ChatMessage`` already has its own ``role``. So an
 AI message reads ``{"role": "assistant", "type": "ai", "content": ..., "tool_calls":
 [{"name": ..., "args": {...}, "id": ..., "type": "tool_call"}], ...}`` and
-``histstore.turns`` and ``WindowStore`` understand the history (tool calls pair with
-tool messages by ``id`` / ``tool_call_id``). Reading gives back messages equal to those
+``histstore.turns``, ``WindowStore`` and ``compact`` understand the history (tool calls
+pair with tool messages by ``id`` / ``tool_call_id``), and search finds a message by its
+content and its tool calls' ``args`` values. Reading gives back messages equal to those
 written. Messages stored by other code in the Chat Completions shape (``{"role":
 "user", "content": "Hi"}``) are read through LangChain's ``convert_to_messages``.
+
+Deprecated upstream: langchain-core 1.x (as of 1.8.3) deprecates
+``RunnableWithMessageHistory`` since 1.3.3 ("Use LangGraph's built-in persistence
+instead") and ``BaseChatMessageHistory`` since 1.6.4, both to be removed in 2.0.0. The
+class warns only when instantiated itself, so this subclass emits no warning. New code
+should use LangGraph's persistence: ``histstore.integrations.langgraph.HiststoreSaver``
+is a checkpointer on the same store.
 """
 
 from __future__ import annotations
@@ -106,11 +114,10 @@ class HiststoreChatMessageHistory(BridgedAdapter, BaseChatMessageHistory):
     and raise ``RuntimeError`` (naming the async method) when an event loop runs in the
     calling thread. Where they run:
 
-    - given a URL or path, the history owns its store. The store is opened on the loop
-      of the first call: an async call's loop, or, for a sync call, a private loop
-      thread the history starts (later async calls then run there too). Calls from
-      other threads or loops are handed to that loop. ``close()`` / ``aclose()`` (or
-      ``with`` / ``async with``) release the store and the thread.
+    - given a URL or path, the history owns its stores: one per event loop, opened on
+      the loop's first call (see ``histstore.integrations``); sync calls run on a
+      private loop thread the history starts. ``close()`` / ``aclose()`` (or ``with`` /
+      ``async with``), from any thread or loop, release the stores and the thread.
     - given a ``Store``, the history runs sync calls on the loop the store is used on:
       the loop running when the history was made, or the loop of its latest async call.
       They work from any thread other than that loop's while it runs (e.g. inside

@@ -63,8 +63,9 @@ class HiststoreSession(_StoreAdapter):
     Args:
         session_id: the conversation id (histstore's id rules apply).
         store: a ``Store`` (borrowed, never closed here) or anything
-            ``histstore.connect()`` takes (owned: opened on first use, on that event
-            loop, and released by ``close()`` or ``async with``).
+            ``histstore.connect()`` takes (owned: one store per event loop, opened on
+            that loop's first use, released when the loop ends or by ``close()`` or
+            ``async with``).
         window: when given, ``get_items()`` without a limit returns the window instead
             of the whole history: a ``histstore.WindowStore`` (or any object whose
             ``async read(conversation)`` returns messages), or a function that makes one

@@ -213,7 +213,7 @@ async def test_window_never_splits_a_call_from_its_result(store, cid, monkeypatc
     monkeypatch.setattr(store, "read", spy)
     windowed = HiststoreMessageHistory(cid, store, limit=6)
     assert await windowed.messages() == everything[-4:]
-    assert sizes == [6]  # only the window was read
+    assert sizes == [6, 1]  # only the window, and the first message for its system prompt
     assert await windowed.messages(limit=None) == everything
 
     # An agent given the window runs normally: it starts at a clean request.
@@ -269,8 +269,9 @@ async def test_bad_messages_write_nothing(store, cid):
     with pytest.raises(InvalidMessage):
         await history.add([good, bad])
     assert await store.count(cid) == 0
-    # A foreign message in the conversation is reported, never skipped.
-    await store.write(cid, [{"role": "user", "content": "not pydantic ai"}])
+    # A foreign message with no role (no plain message an edit could have put in) is
+    # reported, never skipped.
+    await store.write(cid, [{"type": "function_call", "call_id": "x", "name": "f"}])
     with pytest.raises(InvalidMessage):
         await history.messages()
 

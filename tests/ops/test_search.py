@@ -140,6 +140,134 @@ SHAPES: list[Any] = [
         "otters hold hands\nin blocks",
         id="anthropic-tool-result",
     ),
+    pytest.param(
+        {
+            "role": "assistant",
+            "type": "ai",
+            "content": "",
+            "tool_calls": [
+                {
+                    "name": "weather",
+                    "args": {"city": "Lyon", "days": 2},
+                    "id": "lc",
+                    "type": "tool_call",
+                }
+            ],
+            "invalid_tool_calls": [{"name": "w", "args": "{broken Nantes", "id": "x"}],
+        },
+        "Lyon\n2\n{broken Nantes",
+        id="langchain-tool-calls",
+    ),
+    pytest.param(
+        {"type": "mcp_call", "name": "n", "arguments": '{"q": "kelp"}', "output": "forests"},
+        "kelp\nforests",
+        id="responses-mcp-call",
+    ),
+    pytest.param(
+        {"type": "local_shell_call_output", "id": "l", "output": "total 0"},
+        "total 0",
+        id="responses-local-shell-output",
+    ),
+    pytest.param(
+        {
+            "type": "shell_call_output",
+            "call_id": "s",
+            "output": [{"stdout": "ok", "stderr": "warn"}],
+        },
+        "ok\nwarn",
+        id="responses-shell-output",
+    ),
+    pytest.param(
+        {
+            "role": "assistant",
+            "type": "adk_event",
+            "event": {
+                "author": "agent",
+                "content": {
+                    "role": "model",
+                    "parts": [
+                        {"text": "pondering", "thought": True},
+                        {"text": "Checking"},
+                        {"function_call": {"id": "c", "name": "w", "args": {"city": "Turin"}}},
+                        {"executable_code": {"code": "print(1)", "language": "PYTHON"}},
+                    ],
+                },
+            },
+        },
+        "Checking\nTurin\nprint(1)",
+        id="adk-event",
+    ),
+    pytest.param(
+        {
+            "type": "adk_event",  # as stored before roles: the text is the same
+            "event": {
+                "author": "agent",
+                "content": {
+                    "role": "user",
+                    "parts": [
+                        {"function_response": {"id": "c", "name": "w", "response": {"t": 9}}}
+                    ],
+                },
+            },
+        },
+        "9",
+        id="adk-function-response",
+    ),
+    pytest.param(
+        {"role": "user", "type": "adk_event", "event": {"author": "user", "actions": {}}},
+        None,
+        id="adk-event-without-content",
+    ),
+    pytest.param(
+        {
+            "role": "user",
+            "type": "pydantic_ai",
+            "message": {
+                "kind": "request",
+                "instructions": "not indexed",
+                "parts": [
+                    {"part_kind": "system-prompt", "content": "be kind"},
+                    {
+                        "part_kind": "user-prompt",
+                        "content": ["see", {"kind": "image-url", "url": "https://x/y.png"}],
+                    },
+                ],
+            },
+        },
+        "be kind\nsee",
+        id="pydantic-ai-request",
+    ),
+    pytest.param(
+        {
+            "role": "assistant",
+            "type": "pydantic_ai",
+            "message": {
+                "kind": "response",
+                "parts": [
+                    {"part_kind": "thinking", "content": "hmm"},
+                    {"part_kind": "text", "content": "Calling"},
+                    {"part_kind": "tool-call", "tool_name": "w", "args": '{"city": "Bari"}'},
+                ],
+            },
+        },
+        "Calling\nBari",
+        id="pydantic-ai-response",
+    ),
+    pytest.param(
+        {
+            "role": "tool",
+            "type": "pydantic_ai",
+            "message": {
+                "kind": "request",
+                "parts": [
+                    {"part_kind": "tool-return", "content": {"sky": "clear"}, "tool_call_id": "t"},
+                    {"part_kind": "retry-prompt", "content": [{"msg": "field required"}]},
+                ],
+            },
+        },
+        "clear\nfield required",
+        id="pydantic-ai-tool-return",
+    ),
     pytest.param({"role": "assistant", "content": ""}, None, id="empty"),
     pytest.param({"role": "user", "content": "a\x00b"}, "a b", id="nul"),
 ]
@@ -451,6 +579,19 @@ async def test_reindex_fills_text_the_schema_could_not(store: Store) -> None:
     assert await histstore.admin.reindex(store) == 0
     with pytest.raises(ValueError, match="batch"):
         await histstore.admin.reindex(store, batch=0)
+
+
+async def test_reindex_indexes_adapter_envelopes_stored_without_roles(
+    store: Store, cid: str
+) -> None:
+    """Envelopes an older adapter stored (no role key) get their text from ``reindex``."""
+    event = {"author": "u", "content": {"role": "user", "parts": [{"text": "marmot"}]}}
+    await store.write(cid, [{"type": "adk_event", "event": event}])
+    async with store.engine.begin() as conn:
+        await conn.execute(update(_schema.messages).values(search_text=None))
+    assert await store.search("marmot", conversation=cid) == []
+    assert await histstore.admin.reindex(store) >= 1
+    assert [h.position for h in await store.search("marmot", conversation=cid)] == [0]
 
 
 @pytest.mark.parametrize("by_conversation", [False, True])

@@ -1,0 +1,176 @@
+"""What a framework envelope holds: the text and the tool calls of the messages the
+framework adapters keep in an envelope.
+
+Two adapters store a framework message inside an envelope, because the framework's own
+JSON has no histstore ``role``: ``{"role": ..., "type": "adk_event", "event": {...}}``
+(an ADK ``Event``) and ``{"role": ..., "type": "pydantic_ai", "message": {...}}`` (a
+Pydantic AI ``ModelRequest`` or ``ModelResponse``). This module reads those JSON forms
+only, with no framework import, so search, ``histstore reindex``, compaction and the
+migrations work where the framework is not installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+__all__ = [
+    "ADK_EVENT",
+    "ENVELOPES",
+    "PYDANTIC_AI",
+    "Piece",
+    "envelope",
+    "envelope_call_ids",
+    "envelope_calls",
+    "envelope_pieces",
+    "envelope_result_ids",
+]
+
+ADK_EVENT = "adk_event"
+"""The ``type`` of the envelope holding one ADK event (under ``"event"``)."""
+PYDANTIC_AI = "pydantic_ai"
+"""The ``type`` of the envelope holding one Pydantic AI message (under ``"message"``)."""
+ENVELOPES: Mapping[str, str] = {ADK_EVENT: "event", PYDANTIC_AI: "message"}
+"""Envelope ``type`` -> the key of the framework's JSON in it."""
+
+Piece = tuple[Literal["text", "values", "arguments"], Any]
+"""One piece of an envelope's text: ``text`` (a string as it is), ``values`` (the string
+and number leaves of a JSON value) or ``arguments`` (tool-call arguments: a JSON text or
+a JSON value, as ``search_text`` reads them)."""
+
+# Pydantic AI request parts that answer a tool call of an earlier response, by id.
+_PYDANTIC_RESULTS = frozenset({"tool-return", "retry-prompt"})
+
+
+def envelope(d: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """``(type, framework JSON)`` when ``d`` is a framework envelope, else ``None``."""
+    kind = d.get("type")
+    key = ENVELOPES.get(kind) if isinstance(kind, str) else None
+    if key is None:
+        return None
+    inner = d.get(key)
+    return (kind, inner) if isinstance(inner, dict) else None  # type: ignore[return-value]
+
+
+def envelope_pieces(kind: str, inner: Mapping[str, Any]) -> Iterator[Piece]:
+    """The pieces of text of an envelope's framework JSON, in the message's own order.
+
+    ADK events: the ``content`` parts' ``text`` (not thoughts), ``function_call``
+    ``args``, ``function_response`` ``response``, ``executable_code`` ``code`` and
+    ``code_execution_result`` ``output``. Pydantic AI messages: system and user prompt
+    content (its strings), ``text`` parts, ``tool-call`` (and builtin tool call) ``args``,
+    ``tool-return`` (and builtin tool return) ``content`` and retry prompts. Never
+    thinking, ids, tool names, timestamps, usage or binary content.
+    """
+    if kind == ADK_EVENT:
+        yield from _adk_pieces(inner)
+    else:
+        yield from _pydantic_pieces(inner)
+
+
+def envelope_calls(kind: str, inner: Mapping[str, Any]) -> list[tuple[Any, dict[str, Any]]]:
+    """The tool calls an envelope's message makes, as ``(id, call)`` pairs in order: an
+    ADK ``function_call`` object, a Pydantic AI ``tool-call`` part."""
+    if kind == ADK_EVENT:
+        return [(p.get("id"), p) for p in _adk_parts(inner, "function_call")]
+    if inner.get("kind") != "response":
+        return []
+    return [
+        (p.get("tool_call_id"), p)
+        for p in _pydantic_parts(inner)
+        if p.get("part_kind") == "tool-call"
+    ]
+
+
+def envelope_call_ids(kind: str, inner: Mapping[str, Any]) -> list[Any]:
+    """The ids of the tool calls an envelope's message makes, in order."""
+    return [call_id for call_id, _call in envelope_calls(kind, inner)]
+
+
+def envelope_result_ids(kind: str, inner: Mapping[str, Any]) -> list[Any]:
+    """The ids of the tool calls an envelope's message answers, in order."""
+    if kind == ADK_EVENT:
+        return [p.get("id") for p in _adk_parts(inner, "function_response")]
+    if inner.get("kind") != "request":
+        return []
+    return [
+        p.get("tool_call_id")
+        for p in _pydantic_parts(inner)
+        if p.get("part_kind") in _PYDANTIC_RESULTS
+        # a retry of the output (no tool) answers no call
+        and (p.get("part_kind") != "retry-prompt" or p.get("tool_name") is not None)
+    ]
+
+
+# ---------------------------------------------------------------------------- ADK
+
+
+def _adk_parts(event: Mapping[str, Any], key: str) -> Iterator[dict[str, Any]]:
+    """The ``key`` objects (``function_call``, ``function_response``) of an event's parts."""
+    content = event.get("content")
+    parts = content.get("parts") if isinstance(content, dict) else None
+    if isinstance(parts, list):
+        for part in parts:
+            value = part.get(key) if isinstance(part, dict) else None
+            if isinstance(value, dict):
+                yield value
+
+
+def _adk_pieces(event: Mapping[str, Any]) -> Iterator[Piece]:
+    content = event.get("content")
+    parts = content.get("parts") if isinstance(content, dict) else None
+    if not isinstance(parts, list):
+        return
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        text = part.get("text")
+        if isinstance(text, str) and not part.get("thought"):
+            yield "text", text
+        call = part.get("function_call")
+        if isinstance(call, dict):
+            yield "arguments", call.get("args")
+        response = part.get("function_response")
+        if isinstance(response, dict):
+            yield "values", response.get("response")
+        code = part.get("executable_code")
+        if isinstance(code, dict):
+            yield "text", code.get("code")
+        result = part.get("code_execution_result")
+        if isinstance(result, dict):
+            yield "text", result.get("output")
+
+
+# ---------------------------------------------------------------------------- Pydantic AI
+
+
+def _pydantic_parts(message: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    parts = message.get("parts")
+    if isinstance(parts, list):
+        for part in parts:
+            if isinstance(part, dict):
+                yield part
+
+
+def _pydantic_pieces(message: Mapping[str, Any]) -> Iterator[Piece]:
+    for part in _pydantic_parts(message):
+        kind = part.get("part_kind")
+        content = part.get("content")
+        if kind in ("system-prompt", "user-prompt"):
+            # A string, or a list of strings and media (whose data is not text).
+            for item in content if isinstance(content, list) else [content]:
+                yield "text", item
+        elif kind == "text":
+            yield "text", content
+        elif kind in ("tool-call", "builtin-tool-call"):
+            yield "arguments", part.get("args")
+        elif kind in ("tool-return", "builtin-tool-return"):
+            yield "values", content
+        elif kind in ("retry-prompt", "retry-feedback"):
+            # A string, or validation errors, whose ``msg`` says what was wrong.
+            if isinstance(content, list):
+                for error in content:
+                    if isinstance(error, dict):
+                        yield "text", error.get("msg")
+            else:
+                yield "text", content

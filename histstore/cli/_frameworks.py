@@ -1,0 +1,70 @@
+"""What ``show`` prints of a framework envelope (an ADK event, a Pydantic AI message, as
+the adapters store them): the framework message's text, tool calls and tool results,
+never the envelope's JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Part", "framework_parts"]
+
+Part = tuple[str, ...] | tuple[str, Any, Any, Any]
+"""``("text", line)``, ``("call", name, arguments, id)`` or ``("result", id, value, "")``."""
+
+
+def framework_parts(d: dict[str, Any]) -> list[Part] | None:
+    """The parts of an envelope in order; ``None`` when ``d`` is no envelope."""
+    kind = d.get("type")
+    if kind == "adk_event" and isinstance(d.get("event"), dict):
+        return _adk(d["event"])
+    if kind == "pydantic_ai" and isinstance(d.get("message"), dict):
+        return _pydantic(d["message"])
+    return None
+
+
+def _adk(event: dict[str, Any]) -> list[Part]:
+    content = event.get("content")
+    parts = content.get("parts") if isinstance(content, dict) else None
+    found: list[Part] = []
+    for part in parts if isinstance(parts, list) else []:
+        if not isinstance(part, dict):
+            continue
+        if isinstance(part.get("text"), str):
+            text = part["text"]
+            found.append(
+                ("text", "(thinking) " + " ".join(text.split()) if part.get("thought") else text)
+            )
+        call, response = part.get("function_call"), part.get("function_response")
+        if isinstance(call, dict):
+            found.append(("call", call.get("name"), call.get("args"), call.get("id")))
+        if isinstance(response, dict):
+            found.append(("result", response.get("id"), response.get("response"), ""))
+        for key, field in (("executable_code", "code"), ("code_execution_result", "output")):
+            value = part.get(key)
+            if isinstance(value, dict) and isinstance(value.get(field), str):
+                found.append(("text", value[field]))
+    if not found:
+        found.append(("text", "[event without content]"))
+    return found
+
+
+def _pydantic(message: dict[str, Any]) -> list[Part]:
+    found: list[Part] = []
+    for part in message.get("parts") or []:
+        if not isinstance(part, dict):
+            continue
+        kind, content = part.get("part_kind"), part.get("content")
+        if kind in ("system-prompt", "user-prompt", "text", "retry-feedback"):
+            for item in content if isinstance(content, list) else [content]:
+                found.append(("text", item if isinstance(item, str) else "[media]"))
+        elif kind == "thinking" and isinstance(content, str):
+            found.append(("text", "(thinking) " + " ".join(content.split())))
+        elif kind in ("tool-call", "builtin-tool-call"):
+            found.append(
+                ("call", part.get("tool_name"), part.get("args"), part.get("tool_call_id"))
+            )
+        elif kind in ("tool-return", "builtin-tool-return", "retry-prompt"):
+            found.append(("result", part.get("tool_call_id"), content, ""))
+        else:
+            found.append(("text", f"[{kind or 'part'}]"))
+    return found

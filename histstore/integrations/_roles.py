@@ -1,0 +1,62 @@
+"""The ``role`` an adapter stores beside a framework message in its envelope.
+
+Pure JSON, no framework import: the adapters call these on the JSON they store, and the
+migration that gave the envelopes stored before it their role (``migrations/versions``)
+calls them on the stored JSON, so both agree. The role is histstore's (``user``,
+``assistant``, ``system``, ``tool``), in the framework's meaning; it is what the
+``role`` column, ``histstore.turns``, ``WindowStore``, ``compact`` and ``histstore
+show`` go by. Reading an envelope back ignores it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["adk_role", "pydantic_ai_role"]
+
+# Pydantic AI request parts that answer the previous response (a tool result, a retried
+# tool call, feedback on unusable output): such a request is a tool result, not a turn.
+_ANSWERS = frozenset({"tool-return", "retry-prompt", "retry-feedback"})
+
+
+def adk_role(event: Mapping[str, Any]) -> str | None:
+    """The role of an ADK event's JSON, ``None`` for an event without content parts.
+
+    A ``function_response`` part makes it ``tool``; else ``content.role`` ``"model"`` is
+    ``assistant`` and ``"user"`` is ``user``; without one, the author decides (``"user"``
+    or an agent, ``assistant``). An event with no parts (a state change, an end of
+    invocation) is no message, and gets no role.
+    """
+    content = event.get("content")
+    parts = content.get("parts") if isinstance(content, dict) else None
+    if not isinstance(parts, list) or not parts:
+        return None
+    if any(isinstance(p, dict) and isinstance(p.get("function_response"), dict) for p in parts):
+        return "tool"
+    role = content.get("role") if isinstance(content, dict) else None
+    if role == "model":
+        return "assistant"
+    if role == "user":
+        return "user"
+    return "user" if event.get("author") == "user" else "assistant"
+
+
+def pydantic_ai_role(message: Mapping[str, Any]) -> str:
+    """The role of a Pydantic AI message's JSON.
+
+    A response is ``assistant``. A request holding a tool return or a retry is ``tool``;
+    else one holding a user prompt is ``user``; one made only of system prompt parts is
+    ``system``; any other request (no parts) is ``user``.
+    """
+    if message.get("kind") == "response":
+        return "assistant"
+    parts = message.get("parts")
+    kinds = {p.get("part_kind") for p in parts if isinstance(p, dict)} if parts else set()
+    if kinds & _ANSWERS:
+        return "tool"
+    if "user-prompt" in kinds:
+        return "user"
+    if kinds == {"system-prompt"}:
+        return "system"
+    return "user"
