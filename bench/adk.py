@@ -4,7 +4,7 @@
 Run from a checkout::
 
     python bench/adk.py [--backend sqlite|postgres|all] [--pg-url URL] [--quick]
-                        [--sqlite-dir DIR] [--json FILE]
+                        [--sqlite-dir DIR] [--json FILE] [--fresh-only]
 
 Measures ``get_session`` with ``GetSessionConfig(num_recent_events=20)`` and with
 ``after_timestamp`` set to the 20th newest event's time, on sessions of 100 and of
@@ -18,6 +18,19 @@ histstore: the 10,000-event read costs at most 1.3x the 100-event one.
 Sessions are filled with turns of four events (user text, model function call, function
 response, model text) through each service's own storage layout: histstore's as one
 batch per 2,000 events, ADK's rows through its own ORM classes, in one transaction.
+
+A second table times a fresh process, as a Runner drives a service: each side runs in a
+process of its own (``python bench/adk.py --fresh-worker``, alternating sides, 3 rounds;
+``--quick``: 1) that makes the service, creates a session (its first call: it opens the
+store, or ADK's engine and tables), then runs turns of ``get_session`` and four
+``append_event`` calls until 150 events are stored (``--quick``: 40). The figures are the
+mean latency of those first calls (the median over rounds), so every first-use cost of a
+process (statement compilation, prepares, new connections) is in them; imports are not
+(both sides import before the clock starts). Target for histstore: ``append_event`` and
+``get_session`` at most 1.0x ADK's ``DatabaseSessionService`` (the first call is shown,
+not judged: histstore's checks the schema against its migration scripts).
+The databases are migrated (histstore) and created (ADK's tables) beforehand by the
+parent process.
 """
 
 from __future__ import annotations
@@ -31,7 +44,9 @@ _BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _BENCH]
 sys.path.append(_BENCH)
 
+import asyncio
 import json
+import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -198,12 +213,185 @@ async def run_postgres(reads: int, sizes: Sequence[int], admin_url: str) -> dict
         return await run(urls["histstore"], adk_url(urls["adk"]), reads, sizes)
 
 
+# ---------------------------------------------------------------- a fresh process
+
+FRESH_EVENTS, QUICK_FRESH_EVENTS = 150, 40
+FRESH_ROUNDS, QUICK_FRESH_ROUNDS = 3, 1
+FRESH_TARGET = 1.0
+SIDES = ("histstore", "adk DatabaseSessionService")
+CALLS = ("create_session", "append_event", "get_session")
+"""The calls timed in a fresh process: the first (it opens the store, or ADK's engine and
+tables), then the turns."""
+
+
+async def fresh_worker(side: str, url: str, events: int) -> dict[str, Any]:
+    """In a fresh process: make the service, time its first call (``create_session``,
+    which opens the store), then turns of one ``get_session`` and four ``append_event``
+    calls until ``events`` are stored."""
+    service: BaseSessionService
+    if side == "histstore":
+        service = HiststoreSessionService(url)
+        close = service.close
+    else:
+        service = DatabaseSessionService(url)
+        close = service.close
+    times: dict[str, list[float]] = {call: [] for call in CALLS}
+    cpu: dict[str, list[float]] = {call: [] for call in CALLS}
+
+    async def timed(call: str, op: Awaitable[Any]) -> Any:
+        wall, used = time.perf_counter(), time.process_time()
+        result = await op
+        times[call].append(time.perf_counter() - wall)
+        cpu[call].append(time.process_time() - used)
+        return result
+
+    try:
+        session = await timed("create_session", service.create_session(app_name=APP, user_id=USER))
+        todo = session_events(events)
+        for start in range(0, events, 4):
+            session = await timed(
+                "get_session",
+                service.get_session(app_name=APP, user_id=USER, session_id=session.id),
+            )
+            assert session is not None
+            for event in todo[start : start + 4]:
+                await timed("append_event", service.append_event(session, event))
+        return {**times, **{f"{call} cpu": cpu[call] for call in CALLS}}
+    finally:
+        await close()
+
+
+async def prepare_fresh(histstore_url: str, adk_url_: str) -> None:
+    """Migrate histstore's database and create ADK's tables, so workers find them ready."""
+    store = await histstore.connect(histstore_url, migrate=True)
+    await store.close()
+    adk = DatabaseSessionService(adk_url_)
+    try:
+        await adk.list_sessions(app_name=APP)  # creates ADK's tables
+    finally:
+        await adk.close()
+
+
+def run_fresh_side(side: str, url: str, events: int) -> dict[str, list[float]]:
+    """One fresh process's timings (``fresh_worker``), by call."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--fresh-worker", side, url, str(events)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"fresh worker {side} failed:\n{proc.stderr[-4000:]}")
+    result: dict[str, list[float]] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+async def run_fresh(histstore_url: str, adk_url_: str, events: int, rounds: int) -> dict[str, Any]:
+    await prepare_fresh(histstore_url, adk_url_)
+    urls = {SIDES[0]: histstore_url, SIDES[1]: adk_url_}
+    runs: dict[str, list[dict[str, list[float]]]] = {side: [] for side in SIDES}
+    for i in range(rounds):
+        order = SIDES if i % 2 == 0 else SIDES[::-1]
+        for side in order:
+            runs[side].append(await asyncio.to_thread(run_fresh_side, side, urls[side], events))
+    out: dict[str, Any] = {}
+    for side, results in runs.items():
+        out[side] = {
+            call: {
+                "mean_ms": median([sum(r[call]) / len(r[call]) * 1e3 for r in results]),
+                "first_ms": median([r[call][0] * 1e3 for r in results]),
+                "cpu_ms": median([sum(r[f"{call} cpu"]) / len(r[call]) * 1e3 for r in results]),
+                "calls": len(results[0][call]),
+            }
+            for call in CALLS
+        }
+    return out
+
+
+async def run_fresh_sqlite(events: int, rounds: int, where: str | None) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="histstore-bench-adk-fresh-", dir=where) as tmp:
+        ours = str(Path(tmp) / "histstore.db")
+        return await run_fresh(ours, adk_url(f"sqlite:///{Path(tmp) / 'adk.db'}"), events, rounds)
+
+
+async def run_fresh_postgres(events: int, rounds: int, admin_url: str) -> dict[str, Any]:
+    async with pg_databases(admin_url, ["histstore", "adk"]) as urls:
+        return await run_fresh(urls["histstore"], adk_url(urls["adk"]), events, rounds)
+
+
+def verdict(call: str, ratio: float) -> str:
+    """PASS/FAIL against the target; the first call is shown, not judged."""
+    if call == "create_session":
+        return "-"
+    return "PASS" if ratio <= FRESH_TARGET else "FAIL"
+
+
+def fresh_table(fresh: dict[str, dict[str, Any]], events: int, rounds: int) -> str:
+    rows = []
+    for kind, by_side in fresh.items():
+        for call in CALLS:
+            ours, theirs = (by_side[side][call] for side in SIDES)
+            ratio = ours["mean_ms"] / theirs["mean_ms"]
+            rows.append(
+                [
+                    call,
+                    kind,
+                    str(ours["calls"]),
+                    f"{ours['mean_ms']:.2f}",
+                    f"{theirs['mean_ms']:.2f}",
+                    f"{ratio:.2f}x",
+                    verdict(call, ratio),
+                    f"{ours['first_ms']:.1f}",
+                    f"{theirs['first_ms']:.1f}",
+                    f"{ours['cpu_ms']:.2f}",
+                    f"{theirs['cpu_ms']:.2f}",
+                ]
+            )
+    headers = [
+        "call",
+        "backend",
+        "calls",
+        "histstore ms",
+        "ADK db ms",
+        "ratio",
+        f"<={FRESH_TARGET}x",
+        "1st hs ms",
+        "1st ADK ms",
+        "hs CPU ms",
+        "ADK CPU ms",
+    ]
+    title = (
+        f"a fresh process: its first call (create_session, which opens the store), then"
+        f" the first {events} append_event calls and the get_session of each 4-event turn;"
+        f"\nmean latency, median of {rounds} process(es) per side; CPU: the client process's"
+        " CPU time per call (the machine's load moves latency, much less CPU time)"
+    )
+    return title + "\n" + render_table(headers, rows)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--fresh-worker"]:
+        side, url, events = argv[1], argv[2], int(argv[3])
+        print(json.dumps(asyncio.run(fresh_worker(side, url, events))))
+        return 0
     parser = bench_parser(__doc__ or "")
+    parser.add_argument(
+        "--fresh-only", action="store_true", help="only the fresh-process comparison"
+    )
     args = parser.parse_args(argv)
     reads = 20 if args.quick else 200
     sizes = QUICK_SIZES if args.quick else SIZES
     kinds = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]
+    events = QUICK_FRESH_EVENTS if args.quick else FRESH_EVENTS
+    rounds = QUICK_FRESH_ROUNDS if args.quick else FRESH_ROUNDS
+    fresh = run_backends(
+        kinds,
+        lambda: run_fresh_sqlite(events, rounds, args.sqlite_dir),
+        lambda: run_fresh_postgres(events, rounds, args.pg_url),
+    )
+    if args.fresh_only:
+        print(fresh_table(fresh, events, rounds))
+        if args.json:
+            doc = {"fresh": {"events": events, "rounds": rounds, "results": fresh}}
+            Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+        return 0
     results = run_backends(
         kinds,
         lambda: run_sqlite(reads, sizes, args.sqlite_dir),
@@ -233,8 +421,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"get_session returning the newest {RECENT} events, median latency ({reads} reads)")
     print(f"ratio: the {big}-event session's latency over the 100-event one's")
     print(render_table([*headers, f"<={TARGET}x"], rows))
+    print()
+    print(fresh_table(fresh, events, rounds))
     if args.json:
-        doc = {"reads": reads, "sizes": sizes, "results": results}
+        doc = {
+            "reads": reads,
+            "sizes": sizes,
+            "results": results,
+            "fresh": {"events": events, "rounds": rounds, "results": fresh},
+        }
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 

@@ -74,8 +74,10 @@ class SemanticIndex:
         if not isinstance(approximate, bool):
             raise TypeError("approximate must be a bool")
         self._ctx = ctx
+        self._home = store
         self._embed = embed
         self._model = validate_id(model, what="model")
+        self._approximate = approximate
         self._checked = not approximate
         self._vector_index: str | None = None
         self._sql = ctx.shared.semantic_statements(ctx.owner is not None)
@@ -84,6 +86,18 @@ class SemanticIndex:
     def model(self) -> str:
         """The name of the embedding model the vectors come from."""
         return self._model
+
+    def scoped(self, user: str) -> SemanticIndex:
+        """This index (embedder, model, ``approximate``) over ``store.scoped(user)``: it
+        embeds, searches and deletes only ``user``'s conversations.
+
+        Raises:
+            InvalidId: ``user`` breaks the id rules.
+            ValueError: the index's store is a view of another user.
+        """
+        return SemanticIndex(
+            self._home.scoped(user), self._embed, model=self._model, approximate=self._approximate
+        )
 
     @property
     def vector_index(self) -> str | None:

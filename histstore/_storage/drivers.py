@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy.engine import Dialect
@@ -83,28 +84,51 @@ class Phase:
 
 
 class CompiledStatement:
-    """A Core statement compiled for one dialect, with its parameter order and processors."""
+    """A Core statement compiled for one dialect, with its parameter order and processors.
+
+    Compiled on first use (``sql``, ``args``), not when made: a store makes every
+    statement it may run when it opens, and a process typically runs a few of them, so
+    a fresh process pays only for those (about 2 ms each), spread over their first
+    calls, instead of compiling all of them (100 ms or more) before its first call.
+    """
 
     def __init__(self, stmt: ClauseElement, dialect: Dialect, schema: str | None = None) -> None:
-        placed: dict[str, Any] = {}
-        if schema is not None:
-            placed = {"schema_translate_map": {None: schema}, "render_schema_translate": True}
-        compiled = stmt.compile(dialect=dialect, **placed)
-        assert isinstance(compiled, SQLCompiler)
         assert isinstance(stmt, Executable)
         self.statement = stmt
         """The Core statement, for running it through SQLAlchemy with the same params."""
-        self.sql = str(compiled)
+        self._dialect = dialect
+        self._schema = schema
+
+    @cached_property
+    def sql(self) -> str:
+        """The statement's SQL text for the dialect."""
+        return self._compiled[0]
+
+    @cached_property
+    def _compiled(self) -> tuple[str, list[tuple[str, Processor, Any]]]:
+        placed: dict[str, Any] = {}
+        if self._schema is not None:
+            placed = {
+                "schema_translate_map": {None: self._schema},
+                "render_schema_translate": True,
+            }
+        compiled = self.statement.compile(dialect=self._dialect, **placed)
+        assert isinstance(compiled, SQLCompiler)
         names = list(compiled.positiontup or ())
         # (name, processor, value the statement itself gives, e.g. SQLite's OFFSET 0)
-        self._binds: list[tuple[str, Processor, Any]] = [
+        binds: list[tuple[str, Processor, Any]] = [
             (
                 name,
-                _processor(compiled.binds[name].type, dialect, bind=True),
+                _processor(compiled.binds[name].type, self._dialect, bind=True),
                 compiled.binds[name].value,
             )
             for name in names
         ]
+        return str(compiled), binds
+
+    @cached_property
+    def _binds(self) -> list[tuple[str, Processor, Any]]:
+        return self._compiled[1]
 
     def args(self, params: Mapping[str, Any], memo: Memo | None = None) -> list[Any]:
         """The positional arguments for ``params`` (a mapping of bind names to values).

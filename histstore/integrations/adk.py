@@ -12,8 +12,13 @@ Layout (every piece is an ordinary histstore conversation, readable with ``Store
 
 - A session is the conversation ``adk-session/<app>/<user>/<session>`` (each part
   percent-encoded; a hash when the id would pass 255 characters). Each event is one
-  message ``{"type": "adk_event", "event": <the event's JSON>}`` at the position it was
-  appended at. The conversation's metadata holds ``adk:kind`` (``"session"``),
+  message ``{"role": ..., "type": "adk_event", "event": <the event's JSON>}`` at the
+  position it was appended at: ``role`` is the event's in histstore's terms (``user``,
+  ``assistant`` for the model's, ``tool`` for function responses; none for an event
+  without content), and the event's text, function call arguments and function
+  responses are its indexed text, so search, ``histstore show``, ``WindowStore`` and
+  ``compact`` understand the session. A plain message an edit put in (a summary)
+  reads as a text event. The conversation's metadata holds ``adk:kind`` (``"session"``),
   ``adk:app``, ``adk:user``, ``adk:session``, ``adk:updated`` (the session's
   ``last_update_time``) and one key per session state key.
 - App state lives in the metadata of ``adk-app/<app>``, user state in that of
@@ -30,8 +35,6 @@ returns, not the session's length.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import weakref
 from typing import Any
 
@@ -53,6 +56,7 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by the tests
     raise _missing_framework("adk", "adk", _exc) from _exc
 
+from ._adk_memory import HiststoreMemoryService as HiststoreMemoryService
 from ._adk_records import (
     APP,
     CREATED_LIST,
@@ -62,13 +66,14 @@ from ._adk_records import (
     USER,
     app_conversation,
     event_data,
+    event_key,
     marker_position,
     merged_state,
     set_marker,
     split_state,
     state_from_metadata,
     state_metadata,
-    to_event,
+    to_events,
     user_conversation,
 )
 from ._adk_records import EVENT_TYPE as EVENT_TYPE
@@ -76,7 +81,7 @@ from ._adk_records import event_record as _event_record
 from ._adk_records import session_conversation as _session_conversation
 from ._adk_state import merge_scoped, scoped_state, state_of
 
-__all__ = ["HiststoreSessionService"]
+__all__ = ["HiststoreMemoryService", "HiststoreSessionService"]
 
 _FIRST_PAGE, _MAX_PAGE = 32, 1024
 
@@ -86,8 +91,9 @@ class HiststoreSessionService(_StoreAdapter, BaseSessionService):
 
     Args:
         store: a ``Store`` (borrowed, never closed here) or anything
-            ``histstore.connect()`` takes (owned: opened on first use, on that event
-            loop, and released by ``close()`` or ``async with``).
+            ``histstore.connect()`` takes (owned: one store per event loop, opened on
+            that loop's first use, released when the loop ends or by ``close()`` or
+            ``async with``).
 
     Semantics follow ADK's ``InMemorySessionService`` call for call (session ids are
     stripped, an equal event delivered twice is stored once, sessions are listed oldest
@@ -207,7 +213,7 @@ class HiststoreSessionService(_StoreAdapter, BaseSessionService):
         if recent == 0 or length == 0:
             return []
         if after is None:
-            return [to_event(m) for m in await store.read(conversation, stop=length, limit=recent)]
+            return to_events(await store.read(conversation, stop=length, limit=recent))
         lowest = 0 if recent is None else max(0, length - recent)
         kept: list[Message] = []
         stop, page = length, _FIRST_PAGE
@@ -216,10 +222,10 @@ class HiststoreSessionService(_StoreAdapter, BaseSessionService):
             chunk = await store.read(conversation, start=start, stop=stop)
             for message in reversed(chunk):
                 if event_data(message)["timestamp"] < after:
-                    return [to_event(m) for m in reversed(kept)]
+                    return to_events(kept[::-1])
                 kept.append(message)
             stop, page = start, min(page * 2, _MAX_PAGE)
-        return [to_event(m) for m in reversed(kept)]
+        return to_events(kept[::-1])
 
     @override
     async def list_sessions(
@@ -293,7 +299,10 @@ class HiststoreSessionService(_StoreAdapter, BaseSessionService):
     async def _append(
         self, store: Store, conversation: str, session: Session, event: Event
     ) -> Event:
-        if not await store.exists(conversation):
+        at = marker_position(session)
+        if not at and not await store.exists(conversation):
+            # At 0 a write would create the conversation; past 0, a missing one makes
+            # the write conflict, and the conflict is told apart below.
             raise SessionNotFoundError(f"Session {session.id} not found.")
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
@@ -302,9 +311,7 @@ class HiststoreSessionService(_StoreAdapter, BaseSessionService):
             record = _event_record(event)
         except (PydanticSerializationError, TypeError, ValueError) as exc:
             raise InvalidMessage("an ADK event cannot be stored as JSON") from exc
-        canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-        key = "adk-event:" + hashlib.sha256(canonical.encode("ascii")).hexdigest()
-        at = marker_position(session)
+        key = event_key(record)
         if at is None:
             at = await self._unmarked_position(store, conversation, session)
         try:
@@ -334,13 +341,18 @@ class HiststoreSessionService(_StoreAdapter, BaseSessionService):
 
         As ADK's database service does for such values: stale when the stored session moved
         past ``session.last_update_time`` and its newest event is not the value's newest.
+        A plain message an edit put in (a summary) has no event time to compare: edits do
+        not move the session's update time, so it is not taken for a newer event.
         """
         newest = await store.read(conversation, limit=1)
         if not newest:
             return 0
         data = event_data(newest[0])
-        if data["timestamp"] > session.last_update_time and not (
-            session.events and session.events[-1].id == data.get("id")
+        stored_event = newest[0].get("type") == EVENT_TYPE
+        if (
+            stored_event
+            and data["timestamp"] > session.last_update_time
+            and not (session.events and session.events[-1].id == data.get("id"))
         ):
             raise StaleSessionError(
                 "The session has been modified in storage since it was loaded."

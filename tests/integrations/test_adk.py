@@ -247,6 +247,18 @@ async def test_errors_like_in_memory(services, clock, store):
     for service, value in zip(services, pair, strict=True):
         with pytest.raises(SessionNotFoundError):
             await service.append_event(value, text_event("x", ts=clock.tick()))
+    # ... and one that already held events (its append would no longer start at 0).
+    pair = await create_both(services, app_name=APP, user_id=USER, session_id="gone2")
+    held = [
+        await s.append_event(v, text_event("a", ts=clock.tick()))
+        for s, v in zip(services, pair, strict=True)
+    ]
+    assert held
+    await both(*services, "delete_session", app_name=APP, user_id=USER, session_id="gone2")
+    for service, value in zip(services, pair, strict=True):
+        with pytest.raises(SessionNotFoundError):
+            await service.append_event(value, text_event("y", ts=clock.tick()))
+    assert not await store.exists("adk-session/weather-app/user-1/gone2")
     with pytest.raises(ValueError, match="num_recent_events"):
         GetSessionConfig(num_recent_events=-1)
 
