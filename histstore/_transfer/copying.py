@@ -13,6 +13,10 @@ halt, asides, turn records and the change log as stored, a plain write's record 
 from the source's idempotency rows to the destination's changes table) and checked as
 an import checks a version-2 file (``_transfer.editable.Edits``) before the conversation
 is stored.
+
+Then the LangGraph threads: each thread's rows are read in a snapshot of the source and
+stored whole at the destination, as import stores a version-3 file's
+(``_transfer.threads.moves``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ from .editable import Edits
 from .format import DEFAULT_BATCH, Progress, TransferStats
 from .read import Page, Source, StoredConversation
 from .sync import Incoming, MessageRows
+from .threads.moves import copy_threads
+from .threads.read import ThreadSource
+from .threads.write import ThreadTarget
 from .write import Writer
 
 __all__ = ["copy_store"]
@@ -48,11 +55,12 @@ async def copy_store(
     batch: int = DEFAULT_BATCH,
     progress: Progress | None = None,
 ) -> TransferStats:
-    """Copy every conversation ``source`` sees into ``target`` (see the module doc).
+    """Copy every conversation and LangGraph thread ``source`` sees into ``target`` (see
+    the module doc).
 
     Raises:
-        InvalidMessage, InvalidId: a source conversation the target refuses (named);
-            the conversations copied before it are kept.
+        InvalidMessage, InvalidId: a source conversation or thread the target refuses
+            (named); those copied before it are kept.
         NotFound: a scoped target may not see a conversation of the source.
     """
     if batch < 1:
@@ -78,6 +86,12 @@ async def copy_store(
                 await _copy_conversation(page, conv, writer, limit, stats, progress)
             if progress is not None:
                 progress(stats)
+    await copy_threads(
+        ThreadSource(source.internals, batch=batch),
+        ThreadTarget(target.internals, batch=batch, action="copy"),
+        stats,
+        progress,
+    )
     return stats
 
 

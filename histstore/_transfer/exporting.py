@@ -1,4 +1,5 @@
-"""Moving whole conversations: export to JSON Lines (here), import and copy.
+"""Moving whole conversations and LangGraph threads: export to JSON Lines (here), import
+and copy.
 
 All three stream: memory stays bounded by one batch of rows, however large the store
 or a conversation is. The format is described in ``_transfer.format``; import is in
@@ -39,6 +40,8 @@ from .format import (
 )
 from .importing import import_store
 from .read import Page, Source, StoredConversation
+from .threads.moves import export_threads
+from .threads.read import ThreadSource
 
 __all__ = [
     "DEFAULT_BATCH",
@@ -58,39 +61,54 @@ async def export_store(
     *,
     ids: Sequence[str] | None = None,
     user: str | None = None,
+    threads: Sequence[str] | None = None,
     batch: int = DEFAULT_BATCH,
     progress: Progress | None = None,
 ) -> TransferStats:
-    """Write the store's conversations (or those given, or a user's) as JSON Lines
-    (format version 2, ``_transfer.format``): everything but idempotency records,
-    editable history included (entry ids and authors, asides, halts, turn records and
-    the change log as stored).
+    """Write the store's conversations and LangGraph threads as JSON Lines (format
+    version 3, ``_transfer.format``; version 2 when no thread is written): everything
+    but idempotency records, editable history included (entry ids and authors, asides,
+    halts, turn records and the change log as stored), and each thread's checkpoints,
+    channel values and pending writes as stored.
 
-    A scoped view exports only its user's conversations.
+    With neither ``ids`` nor ``threads`` everything is exported; otherwise exactly the
+    conversations ``ids`` and the threads ``threads`` name. ``user`` keeps that user's
+    conversations and threads; a scoped view exports only its user's.
 
     Raises:
-        NotFound: one of ``ids`` does not exist or is not seen by the store (checked
-            before anything is written).
+        NotFound: one of ``ids`` or ``threads`` does not exist or is not seen by the
+            store (checked before anything is written).
     """
     for cid in ids or ():
         validate_id(cid)
+    for tid in threads or ():
+        validate_id(tid, what="thread id")
     if user is not None:
         validate_id(user, what="user")
     if batch < 1:
         raise ValueError("batch must be at least 1")
-    source = Source(store.internals, ids=ids, user=user, batch=batch)
+    everything = ids is None and threads is None
+    ctx = store.internals
+    source = Source(ctx, ids=ids if ids is not None or everything else [], user=user, batch=batch)
     await source.check_ids()
+    thread_source = ThreadSource(ctx, ids=threads, user=user, batch=batch)
+    await thread_source.check_ids()
+    with_threads = (everything or threads is not None) and await thread_source.count() > 0
     stats = TransferStats()
     if progress is not None:
         stats.total_messages = (await source.totals())[1]
-    out.write(header_line())
+    out.write(header_line(FORMAT_VERSION if with_threads else 2))
     async with aclosing(source.pages()) as pages:
         async for page in pages:
             for conv in page.convs:
                 await _export_conversation(page, conv, out, stats, progress)
             if progress is not None:
                 progress(stats)
-    out.write(footer_line(stats.conversations, stats.messages))
+    counts = None
+    if with_threads:
+        await export_threads(thread_source, out, stats, progress)
+        counts = (stats.threads, stats.checkpoints)
+    out.write(footer_line(stats.conversations, stats.messages, counts))
     out.flush()
     return stats
 

@@ -1,6 +1,6 @@
 """The export format: JSON Lines records, written and read back.
 
-The export format (version 2)
+The export format (version 3)
 -----------------------------
 
 UTF-8 text, one JSON object per line. Times are ISO 8601 strings in UTC with
@@ -29,7 +29,12 @@ records that belong to it, and an ``end`` record::
     {"type": "item", "value": VALUE}        K of these after their list; a bytes item
     {"type": "item", "bytes": BASE64}       is standard base64
     {"type": "end", "id": ID}
-    {"type": "footer", "conversations": C, "messages": M}
+    {"type": "thread", "id": THREAD, "row": {COLUMN: VALUE},
+     "rows": {"checkpoint": K, "blob": B, "channel": H, "write": W}}
+    {"type": "checkpoint"|"blob"|"channel"|"write", "row": {COLUMN: VALUE}}
+                                            the counted rows of each type, in that order
+    {"type": "end", "thread": THREAD}
+    {"type": "footer", "conversations": C, "messages": M, "threads": T, "checkpoints": K}
 
 ``MESSAGE`` is the message's JSON object exactly as stored. A conversation's editable
 history (SPEC 11) is carried whole: the conversation record holds its revision (the
@@ -48,9 +53,20 @@ from, to]`` triples), ``asides`` (``{"id", "before", "after"}`` states), ``halt`
 rebuild the entries and fold to the asides, halt and turn records, and refuses the
 conversation otherwise.
 
-Idempotency records are not exported. The footer counts every conversation record and
-every message record of the file; a reader checks them. A reader refuses a file whose
-``version`` is newer than it knows. Version 1 is version 2 without the editable
+After the conversations come the LangGraph threads (``histstore.checkpoints``), each a
+``thread`` record, its rows and an ``end`` record. A thread's rows are the rows of the
+checkpoint tables as stored (``_transfer.threads.rows``): ``row`` holds every column of
+the table but ``thread_id``, by name, each value in its JSON form by the column's type
+(bytes as standard base64, so serialized checkpoints, channel values and pending writes
+travel byte for byte; times as above; text and numbers as they are). The thread
+record's ``row`` is the thread's own row (its owner and times); ``rows`` counts its
+rows of each type, and a reader checks them.
+
+Idempotency records are not exported. The footer counts every conversation record,
+message record, thread record and checkpoint record of the file; a reader checks them.
+A reader refuses a file whose ``version`` is newer than it knows. An export that holds
+no thread is written as version 2 (the same file without thread records or counts), so
+older histstore versions read it. Version 1 is version 2 without the editable
 history (no such keys or records): its messages get new entry ids, 1 to N, and its
 conversations a change log of one record of kind ``"import"`` holding their entries.
 """
@@ -84,14 +100,18 @@ __all__ = [
     "header_line",
     "item_line",
     "message_lines",
+    "row_line",
     "summary_line",
+    "thread_end_line",
+    "thread_line",
+    "time_text",
     "turn_line",
 ]
 
 T = TypeVar("T")
 
 FORMAT_NAME = "histstore"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 DEFAULT_BATCH = 1000
 
 
@@ -106,6 +126,8 @@ class TransferStats:
 
     ``conversations`` counts those written (or exported), ``skipped`` those already at
     the destination unchanged; ``messages`` the messages exported, imported or copied.
+    ``threads``, ``skipped_threads`` and ``checkpoints`` count LangGraph threads and
+    their checkpoints the same way.
     """
 
     conversations: int = 0
@@ -113,6 +135,9 @@ class TransferStats:
     messages: int = 0
     total_messages: int | None = None
     bytes_read: int = 0
+    threads: int = 0
+    skipped_threads: int = 0
+    checkpoints: int = 0
 
 
 Progress = Callable[[TransferStats], None]
@@ -130,16 +155,39 @@ def _str(value: str | None) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def header_line() -> str:
+def header_line(version: int = FORMAT_VERSION) -> str:
     """The first line of a file."""
-    header = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "exported_at": time_text(now())}
+    header = {"format": FORMAT_NAME, "version": version, "exported_at": time_text(now())}
     return json.dumps(header, separators=(",", ":")) + "\n"
 
 
-def footer_line(conversations: int, messages: int) -> str:
-    """The last line of a file."""
-    footer = {"type": "footer", "conversations": conversations, "messages": messages}
+def footer_line(conversations: int, messages: int, threads: tuple[int, int] | None = None) -> str:
+    """The last line of a file; ``threads``: the thread and checkpoint records (version 3)."""
+    footer: dict[str, Any] = {
+        "type": "footer",
+        "conversations": conversations,
+        "messages": messages,
+    }
+    if threads is not None:
+        footer["threads"], footer["checkpoints"] = threads
     return json.dumps(footer, separators=(",", ":")) + "\n"
+
+
+def thread_line(thread_id: str, row: Mapping[str, Any], counts: Mapping[str, int]) -> str:
+    """A thread record: its row's record form (``threads.rows.encode_row``) and row counts."""
+    record = {"type": "thread", "id": thread_id, "row": row, "rows": counts}
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def row_line(kind: str, row: Mapping[str, Any]) -> str:
+    """A checkpoint table's row in its record form."""
+    record = {"type": kind, "row": row}
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def thread_end_line(thread_id: str) -> str:
+    """The record that ends a thread."""
+    return f'{{"type":"end","thread":{_str(thread_id)}}}\n'
 
 
 def conversation_line(

@@ -18,6 +18,10 @@ A conversation already at the destination is made equal to the file's, writing o
 what differs (``_transfer.sync``); one that is equal already counts as skipped. So
 importing a file again, or a corrected file, converges to the same store. Conversations
 only at the destination are left alone.
+
+A version-3 file's LangGraph threads follow its conversations; each is checked and
+stored whole (``_transfer.threads.moves``), replacing the destination's thread of that
+id unless that holds the very same rows (then it counts as skipped).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from .._store import Store
 from .editable import Edits
 from .format import DEFAULT_BATCH, FORMAT_NAME, FORMAT_VERSION, Progress, Reader, TransferStats
 from .sync import Incoming, MessageRows
+from .threads.moves import import_threads
+from .threads.write import ThreadTarget
 from .write import Writer
 
 __all__ = ["import_store"]
@@ -84,13 +90,12 @@ async def import_store(
         else:
             stats.skipped += 1
 
-    counted = [0, 0]  # conversation and message records read
+    counted = [0, 0]  # conversation and message records read (then threads, checkpoints)
     try:
         async with Writer(ctx, batch=batch, action="import", done=done) as writer:
             while (record := reader.next()) is not None:
                 kind = record.get("type")
-                if kind == "footer":
-                    _footer(reader, record, counted)
+                if kind == "footer" or (kind == "thread" and version >= 3):
                     break
                 if kind != "conversation":
                     raise reader.error(f"expected a conversation record, found {kind!r}")
@@ -111,6 +116,11 @@ async def import_store(
                     "the file ends before its footer (truncated?);"
                     " the conversations before this point were imported"
                 )
+        if record.get("type") == "thread":
+            target = ThreadTarget(ctx, batch=batch, action="import")
+            record, threads = await import_threads(reader, record, target, stats, progress)
+            counted.extend(threads)
+        _footer(reader, record, counted)
     except (DatabaseFailure, OSError) as exc:
         raise _stopped(exc, reader, next(iter(pending.values()), None), stats) from exc
     return stats
@@ -142,6 +152,8 @@ def _stopped(
         f"{stats.conversations:,} conversations ({stats.messages:,} messages) were"
         f" imported before it, {stats.skipped:,} were there unchanged"
     )
+    if stats.threads or stats.skipped_threads:
+        before += f", and {stats.threads + stats.skipped_threads:,} threads"
     message = f"{where}: {why}; {lost}; {before} (importing the file again resumes)"
     if isinstance(exc, DatabaseFailure):
         return DatabaseFailure(message, phase=exc.phase)
@@ -165,7 +177,10 @@ def _header(reader: Reader) -> int:
 
 
 def _footer(reader: Reader, record: dict[str, Any], counted: list[int]) -> None:
-    for key, seen in zip(("conversations", "messages"), counted, strict=True):
+    keys = ("conversations", "messages", "threads", "checkpoints")
+    if len(counted) == 2 and ("threads" in record or "checkpoints" in record):
+        counted.extend((0, 0))  # a footer that counts threads where there are none
+    for key, seen in zip(keys, counted, strict=False):
         said = reader.count(record, key)
         if said != seen:
             raise reader.error(

@@ -29,7 +29,7 @@ from .._editable.changes import Change
 from .._ops.context import Context
 from .._storage import schema as s
 from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, CompiledStatement, Step
-from .._storage.rows import change_row, message_row
+from .._storage.rows import change_row, message_row, searchable
 from . import editable as edits_steps
 from .editable import Edits
 
@@ -106,7 +106,7 @@ class MessageRows:
             "datas": self.datas[skip:],
             "tokens": self.tokens[skip:],
             "times": self.times[skip:],
-            "texts": self.texts[skip:],
+            "texts": [searchable(t) for t in self.texts[skip:]],
             "entry_ids": self.ids(entry_base, skip),
             "authors": authors[skip:],
         }

@@ -36,14 +36,14 @@ from ._database import migrate as migrate
 from ._database import migration_sql as migration_sql
 from ._database import migration_status as migration_status
 from ._database import upgrade_sql as upgrade_sql
+from ._maintenance import purge as purge
+from ._maintenance import purge_candidates as purge_candidates
+from ._maintenance import reindex as reindex
 from ._queries import ConversationInfo as ConversationInfo
 from ._queries import StoreStats as StoreStats
 from ._queries import count_conversations as count_conversations
 from ._queries import describe as describe
 from ._queries import list_conversations as list_conversations
-from ._queries import purge as purge
-from ._queries import purge_candidates as purge_candidates
-from ._queries import reindex as reindex
 from ._queries import stats as stats
 
 __all__ = [

@@ -8,20 +8,18 @@ Migrations and database locations are in ``admin._database``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any, Literal
 
 from sqlalchemy import Select, distinct, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._core import codec as _codec
-from .._core import rules as _rules
 from .._core.ids import validate_id
 from .._errors import NotFound
-from .._ops.listing import Listing, idle_cutoff, select_filtered, select_ids
-from .._ops.text_search import TextSearch
+from .._ops.listing import select_filtered, select_ids
 from .._storage import migrations as _migrations
 from .._storage import schema as s
 from .._store import Store
@@ -32,10 +30,9 @@ __all__ = [
     "count_conversations",
     "describe",
     "list_conversations",
-    "purge",
-    "purge_candidates",
-    "reindex",
+    "scoped",
     "stats",
+    "visible_ids",
 ]
 
 Order = Literal["id", "created", "updated"]
@@ -55,8 +52,9 @@ def _iso(value: datetime | None) -> str | None:
 class StoreStats:
     """What a store (or a scoped view: its user's part) holds, read in one snapshot.
 
-    Counts cover the conversations the store sees; times are aware UTC ``datetime``
-    values, ``None`` when there is no conversation.
+    Counts cover the conversations the store sees (``threads`` and ``checkpoints``: its
+    LangGraph threads and their checkpoints); times are aware UTC ``datetime`` values,
+    ``None`` when there is no conversation.
     """
 
     conversations: int
@@ -73,6 +71,8 @@ class StoreStats:
     newest_change: datetime | None
     schema_revision: str | None
     user: str | None = None
+    threads: int = 0
+    checkpoints: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The figures as a JSON-ready dict (times as ISO 8601 strings)."""
@@ -91,6 +91,8 @@ class StoreStats:
             "newest_change": _iso(self.newest_change),
             "schema_revision": self.schema_revision,
             "user": self.user,
+            "threads": self.threads,
+            "checkpoints": self.checkpoints,
         }
 
 
@@ -134,15 +136,15 @@ class ConversationInfo:
 # ---------------------------------------------------------------------------- scope
 
 
-def _scoped(store: Store, stmt: Select[Any]) -> Select[Any]:
+def scoped(store: Store, stmt: Select[Any]) -> Select[Any]:
     """``stmt`` over conversations, kept to those the store sees."""
     scope = store.internals.scope()
     return stmt if scope is None else stmt.where(scope)
 
 
-def _visible_ids(store: Store) -> Select[Any]:
+def visible_ids(store: Store) -> Select[Any]:
     """The ids of the conversations the store sees."""
-    return _scoped(store, select(_conv.c.id))
+    return scoped(store, select(_conv.c.id))
 
 
 # ---------------------------------------------------------------------------- stats
@@ -170,7 +172,15 @@ async def stats(store: Store) -> StoreStats:
         for table in (s.summaries, s.metadata_entries, s.lists, s.list_items, s.writes):
             stmt = select(func.count()).select_from(table)
             if owner is not None:
-                stmt = stmt.where(table.c.conversation_id.in_(_visible_ids(store)))
+                stmt = stmt.where(table.c.conversation_id.in_(visible_ids(store)))
+            counts.append(int((await conn.execute(stmt)).scalar_one()))
+        for table in (s.checkpoint_threads, s.checkpoints):
+            stmt = select(func.count()).select_from(table)
+            if owner is not None:
+                mine = select(s.checkpoint_threads.c.thread_id).where(
+                    s.checkpoint_threads.c.owner == owner
+                )
+                stmt = stmt.where(table.c.thread_id.in_(mine))
             counts.append(int((await conn.execute(stmt)).scalar_one()))
         status = await conn.run_sync(_migrations.schema_status)
         return StoreStats(
@@ -188,6 +198,8 @@ async def stats(store: Store) -> StoreStats:
             newest_change=row[6],
             schema_revision=status.current,
             user=owner,
+            threads=counts[5],
+            checkpoints=counts[6],
         )
 
     return await store.internals.executor.run(work, mode="snapshot", action="stats")
@@ -344,98 +356,3 @@ async def count_conversations(
         return int((await conn.execute(counting)).scalar_one())
 
     return await store.internals.executor.run(work, mode="read", action="count conversations")
-
-
-async def purge_candidates(store: Store, *, idle_for: timedelta) -> list[str]:
-    """The ids ``store.purge(idle_for=idle_for)`` would delete now, in id order.
-
-    Raises:
-        TypeError, ValueError: ``idle_for`` is not a non-negative ``timedelta``.
-    """
-    cutoff = idle_cutoff(idle_for)
-    stmt = _visible_ids(store).where(_conv.c.updated_at < cutoff).order_by(_conv.c.id)
-
-    async def work(conn: AsyncConnection) -> list[str]:
-        return list((await conn.execute(stmt)).scalars())
-
-    return await store.internals.executor.run(work, mode="read", action="list idle conversations")
-
-
-class _Reporter:
-    """Turns a running count into ``progress(done, total)`` calls: ``total`` is the
-    count taken before the work, raised to ``done`` when more turned up; a call never
-    repeats the previous one, and ``finish`` makes the last call's ``done == total``."""
-
-    def __init__(self, progress: Callable[[int, int], None], total: int) -> None:
-        self._progress = progress
-        self._total = total
-        self._done = 0
-        self._last: tuple[int, int] | None = None
-
-    def __call__(self, done: int) -> None:
-        self._done = done
-        self._report(done, max(self._total, done))
-
-    def finish(self) -> None:
-        self._report(self._done, self._done)
-
-    def _report(self, done: int, total: int) -> None:
-        if (done, total) != self._last:
-            self._last = (done, total)
-            self._progress(done, total)
-
-
-async def _count(store: Store, stmt: Select[Any], action: str) -> int:
-    async def work(conn: AsyncConnection) -> int:
-        return int((await conn.execute(stmt)).scalar_one())
-
-    return await store.internals.executor.run(work, mode="read", action=action)
-
-
-async def reindex(
-    store: Store, *, batch: int = 2000, progress: Callable[[int, int], None] | None = None
-) -> int:
-    """Recompute every message's indexed text (``histstore.indexed_text``) and so its
-    full-text index entry, ``batch`` messages per transaction; returns how many changed.
-
-    Needed only where the text could not be computed when the schema was made: after
-    applying ``histstore migrate --sql`` output to a database that already held
-    messages. Through a scoped view, only that user's conversations. Safe to run
-    while the store is in use, and to run again.
-
-    ``progress(done, total)``, if given, is called after every batch with the messages
-    read so far and the count of messages taken first (raised when more turned up);
-    ``done`` never decreases and the last call has ``done == total``.
-
-    Raises:
-        TypeError, ValueError: ``batch`` is not a positive int.
-    """
-    if progress is None:
-        return await TextSearch(store.internals).reindex(batch)
-    _rules.positive(batch, "batch")
-    messages = _scoped(store, select(func.coalesce(func.sum(_conv.c.length), 0)))
-    report = _Reporter(progress, await _count(store, messages, "count messages"))
-    changed = await TextSearch(store.internals).reindex(batch, report)
-    report.finish()
-    return changed
-
-
-async def purge(
-    store: Store, *, idle_for: timedelta, progress: Callable[[int, int], None] | None = None
-) -> int:
-    """``store.purge(idle_for=idle_for)``, with ``progress(done, total)``, if given,
-    called after every batch: the conversations deleted so far, and how many were idle
-    when it started (raised when more turned up). ``done`` never decreases and the
-    last call has ``done == total`` (lower than at first when some changed meanwhile).
-
-    Raises:
-        TypeError, ValueError: ``idle_for`` is not a non-negative ``timedelta``.
-    """
-    cutoff = idle_cutoff(idle_for)
-    if progress is None:
-        return await store.purge(idle_for=idle_for)
-    idle = _scoped(store, select(func.count()).where(_conv.c.updated_at < cutoff))
-    report = _Reporter(progress, await _count(store, idle, "count idle conversations"))
-    purged = await Listing(store.internals).purge(idle_for, report)
-    report.finish()
-    return purged

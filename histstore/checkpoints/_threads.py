@@ -3,31 +3,68 @@ thread to its newest checkpoints, copy a thread; each locks the threads it chang
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func, literal, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._errors import ConflictError, NotFound
+from .._ops.listing import idle_cutoff
 from .._storage.rows import now as clock
-from ._scope import BLOBS, CHANNELS, CHECKPOINTS, THREADS, WRITES, CheckpointScope, chunks
+from ._catalog import ThreadCatalog
+from ._scope import BLOBS, CHANNELS, CHECKPOINTS, THREADS, WRITES, chunks
 
-__all__ = ["ThreadOperations"]
+__all__ = ["DELTA_KEY", "ThreadOperations"]
+
+DELTA_KEY = "counters_since_delta_snapshot"
+"""The metadata key of LangGraph checkpoints whose state has a ``DeltaChannel``."""
 
 
-class ThreadOperations(CheckpointScope):
+class ThreadOperations(ThreadCatalog):
     """Deletes, pruning and copies of whole threads (or of runs' checkpoints)."""
 
     async def delete_thread(self, thread_id: str) -> None:
         """Remove the thread and everything it holds. Idempotent; a foreign thread is left."""
+        await self._delete(thread_id, None)
 
-        async def work(conn: AsyncConnection) -> None:
+    async def _delete(self, thread_id: str, idle_before: datetime | None) -> bool:
+        """Remove the thread (when it is still idle: not changed since ``idle_before``);
+        whether it was removed."""
+
+        async def work(conn: AsyncConnection) -> bool:
             if not await self._lock_visible(conn, [thread_id]):
-                return
+                return False
+            if idle_before is not None:
+                changed = select(THREADS.c.updated_at).where(THREADS.c.thread_id == thread_id)
+                if (await conn.execute(changed)).scalar_one() >= idle_before:
+                    return False
             for table in (WRITES, CHANNELS, BLOBS, CHECKPOINTS, THREADS):
                 await conn.execute(delete(table).where(table.c.thread_id == thread_id))
+            return True
 
-        await self._run("write", f"deleting thread {thread_id!r}", work)
+        return await self._run("write", f"deleting thread {thread_id!r}", work)
+
+    async def purge(
+        self, *, idle_for: timedelta, progress: Callable[[int, int], None] | None = None
+    ) -> int:
+        """Delete every thread this view sees that has not changed for ``idle_for`` (a
+        checkpoint or pending write stored changes it), each in its own transaction; a
+        thread stored to meanwhile is kept. Returns how many were deleted;
+        ``progress(done, total)`` is called after each.
+
+        Raises:
+            TypeError, ValueError: ``idle_for`` is not a non-negative ``timedelta``.
+        """
+        cutoff = idle_cutoff(idle_for)
+        idle = await self.idle_threads(idle_for)
+        deleted = 0
+        for done, thread_id in enumerate(idle, 1):
+            deleted += await self._delete(thread_id, cutoff)
+            if progress is not None:
+                progress(done, len(idle))
+        return deleted
 
     async def delete_runs(self, run_ids: Sequence[str]) -> None:
         """Remove the checkpoints made by these runs, their pending writes, and the channel
@@ -76,6 +113,12 @@ class ThreadOperations(CheckpointScope):
         With ``keep_latest`` the kept checkpoints lose their parent link, their pending
         writes stay, and the channel values only older checkpoints read are removed.
         Each thread is pruned in its own transaction; foreign threads are left.
+
+        Raises:
+            NotImplementedError: ``keep_latest`` on a thread whose checkpoints use a
+                LangGraph ``DeltaChannel`` (their metadata counts delta updates), whose
+                state is rebuilt from older checkpoints' writes; that thread (and the
+                ones after it) is left as it was.
         """
         for thread_id in dict.fromkeys(thread_ids):
             if not keep_latest:
@@ -85,6 +128,7 @@ class ThreadOperations(CheckpointScope):
             async def work(conn: AsyncConnection, thread_id: str = thread_id) -> None:
                 if not await self._lock_visible(conn, [thread_id]):
                     return
+                await _refuse_delta_channels(conn, thread_id)
                 heads = await conn.execute(
                     select(CHECKPOINTS.c.checkpoint_ns, func.max(CHECKPOINTS.c.checkpoint_id))
                     .where(CHECKPOINTS.c.thread_id == thread_id)
@@ -157,15 +201,24 @@ class ThreadOperations(CheckpointScope):
         return [r[0] for r in await conn.execute(self._sql.lock_threads, params)]
 
     async def _collect_blobs(self, conn: AsyncConnection, thread_id: str, ns: str) -> None:
-        """Delete the namespace's channel values that no remaining checkpoint reads."""
+        """Delete the namespace's channel values that no remaining checkpoint reads (a
+        value read as the ``base`` a read value extends is read too)."""
         listed = select(CHANNELS.c.channel, CHANNELS.c.version).where(
             CHANNELS.c.thread_id == thread_id, CHANNELS.c.checkpoint_ns == ns
         )
-        used = {(c, v) for c, v in await conn.execute(listed)}
-        stored = select(BLOBS.c.channel, BLOBS.c.version).where(
+        todo = [(c, v) for c, v in await conn.execute(listed)]
+        stored = select(BLOBS.c.channel, BLOBS.c.version, BLOBS.c.base).where(
             BLOBS.c.thread_id == thread_id, BLOBS.c.checkpoint_ns == ns
         )
-        unused = sorted({(c, v) for c, v in await conn.execute(stored)} - used)
+        bases = {(c, v): b for c, v, b in await conn.execute(stored)}
+        used: set[tuple[str, str]] = set()
+        while todo:
+            key = todo.pop()
+            if key in bases and key not in used:
+                used.add(key)
+                if bases[key] is not None:
+                    todo.append((key[0], bases[key]))
+        unused = sorted(set(bases) - used)
         for chunk in chunks(unused):
             await conn.execute(
                 delete(BLOBS).where(
@@ -173,4 +226,22 @@ class ThreadOperations(CheckpointScope):
                     BLOBS.c.checkpoint_ns == ns,
                     tuple_(BLOBS.c.channel, BLOBS.c.version).in_(list(chunk)),
                 )
+            )
+
+
+async def _refuse_delta_channels(conn: AsyncConnection, thread_id: str) -> None:
+    """Raise ``NotImplementedError`` when a checkpoint of the thread uses a ``DeltaChannel``."""
+    query = select(CHECKPOINTS.c.metadata).where(
+        CHECKPOINTS.c.thread_id == thread_id,
+        CHECKPOINTS.c.metadata.contains(DELTA_KEY, autoescape=True),
+    )
+    for text in (await conn.execute(query)).scalars():
+        try:
+            metadata = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(metadata, dict) and DELTA_KEY in metadata:
+            raise NotImplementedError(
+                f"keep_latest cannot prune thread {thread_id!r}: it uses a DeltaChannel,"
+                " whose state is rebuilt from older checkpoints"
             )

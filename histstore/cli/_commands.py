@@ -1,14 +1,13 @@
-"""One coroutine per subcommand (but ``demo``, and ``show``, ``log`` and ``revert`` in
-``_show``): each takes the parsed arguments and returns the exit status. They use only
-histstore's public API and ``histstore.admin``."""
+"""One coroutine per subcommand, each taking the parsed arguments and returning the exit
+status (but ``demo``; ``show``, ``log`` and ``revert`` in ``_show``; ``export``, ``import``
+and ``copy`` in ``_transfer``; ``threads`` in ``_threads``). They use only histstore's
+public API and ``histstore.admin``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import os
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -17,10 +16,11 @@ from typing import Any, Literal
 
 import histstore
 from histstore import HistStoreError, SchemaError, Store, admin
+from histstore.checkpoints import CheckpointStore
 
 from ._render import HitPrinter, ProgressLine, Style, file_size, size, span, table, when
 
-__all__ = ["UsageError", "open_store", "pooler"]
+__all__ = ["UsageError", "confirm", "open_store", "pooler"]
 
 _PAGE = 500
 
@@ -69,11 +69,7 @@ async def open_store(
         await store.close()
 
 
-def _batch(args: argparse.Namespace) -> dict[str, Any]:
-    return {} if args.batch is None else {"batch": args.batch}
-
-
-async def _confirm(question: str, yes: bool) -> bool:
+async def confirm(question: str, yes: bool) -> bool:
     """Ask on the terminal; without one, only ``--yes`` goes ahead (else an error)."""
     if yes:
         return True
@@ -230,6 +226,7 @@ async def cmd_stats(args: argparse.Namespace) -> int:
         ("named lists", f"{f.lists:,}"),
         ("list items", f"{f.list_items:,}"),
         ("write records", f"{f.write_records:,}"),
+        ("threads", f"{f.threads:,} LangGraph threads ({f.checkpoints:,} checkpoints)"),
         ("first created", when(f.first_created) + (" UTC" if f.first_created else "")),
         ("last change", when(f.newest_change) + (" UTC" if f.newest_change else "")),
     ]
@@ -238,101 +235,6 @@ async def cmd_stats(args: argparse.Namespace) -> int:
     style = Style(sys.stdout)
     for key, value in rows:
         print(f"{style.dim(f'{key:<17}')} {value}")
-    return 0
-
-
-# ---------------------------------------------------------------------------- transfers
-
-
-async def cmd_export(args: argparse.Namespace) -> int:
-    async with open_store(args.url, schema=args.schema, read_only=True) as store:
-        source = store.scoped(args.user) if args.user else store
-        bar = ProgressLine("export")
-
-        def progress(st: admin.TransferStats) -> None:
-            bar.update(st.messages, st.total_messages, "messages")
-
-        options: dict[str, Any] = {"ids": args.ids or None, "user": args.user}
-        target = args.output
-        try:
-            if target in (None, "-"):
-                stats = await admin.export_store(source, sys.stdout, **options, progress=progress)
-            else:
-                # Written under another name first, so a failed export leaves no
-                # file that looks complete.
-                if os.path.isdir(target):  # noqa: ASYNC240 - one stat, before any work
-                    raise HistStoreError(f"{target}: is a directory (-o takes a file name)")
-                part = f"{target}.part"
-                try:
-                    with open(part, "w", encoding="utf-8", newline="\n") as out:  # noqa: ASYNC230
-                        stats = await admin.export_store(source, out, **options, progress=progress)
-                    os.replace(part, target)
-                except BaseException:
-                    with contextlib.suppress(OSError):
-                        os.remove(part)  # a failed export leaves nothing behind
-                    raise
-        finally:
-            bar.close()
-    if sys.stderr.isatty() or target not in (None, "-"):
-        where = "" if target in (None, "-") else f" to {target}"
-        print(
-            f"exported {stats.conversations:,} conversations, {stats.messages:,} messages{where}"
-            f" {bar.took()}",
-            file=sys.stderr,
-        )
-    return 0
-
-
-async def cmd_import(args: argparse.Namespace) -> int:
-    if args.file == "-":
-        stream = sys.stdin.buffer
-        total = None
-    else:
-        stream = open(args.file, "rb")  # noqa: ASYNC230, SIM115 - read line by line below
-        total = os.fstat(stream.fileno()).st_size or None
-    try:
-        async with open_store(args.url, create=True, schema=args.schema) as store:
-            bar = ProgressLine("import")
-
-            def progress(st: admin.TransferStats) -> None:
-                bar.update(st.bytes_read, total, "bytes")
-
-            try:
-                stats = await admin.import_store(store, stream, **_batch(args), progress=progress)
-            finally:
-                bar.close()
-    finally:
-        if stream is not sys.stdin.buffer:
-            stream.close()
-    print(
-        f"imported {stats.conversations:,} conversations ({stats.messages:,} messages)"
-        f" {bar.took()}; {stats.skipped:,} already there unchanged"
-    )
-    return 0
-
-
-async def cmd_copy(args: argparse.Namespace) -> int:
-    src = admin.locate(args.source).display
-    dst = admin.locate(args.destination).display
-    if src == dst:
-        raise HistStoreError("the source and the destination are the same database")
-    async with (
-        open_store(args.source, schema=args.source_schema) as source,
-        open_store(args.destination, create=True, schema=args.schema) as target,
-    ):
-        bar = ProgressLine("copy")
-
-        def progress(st: admin.TransferStats) -> None:
-            bar.update(st.messages, st.total_messages, "messages")
-
-        try:
-            stats = await admin.copy_store(source, target, **_batch(args), progress=progress)
-        finally:
-            bar.close()
-    print(
-        f"copied {stats.conversations:,} conversations from {src} to {dst} {bar.took()};"
-        f" {stats.skipped:,} already there unchanged"
-    )
     return 0
 
 
@@ -372,7 +274,7 @@ async def cmd_clear(args: argparse.Namespace) -> int:
             messages = figures.messages
         # SPEC 10: one conversation by id is deleted as asked; several ask first.
         several = len(ids) > 1 or not args.ids
-        if several and not await _confirm(f"delete {what} ({messages:,} messages)?", args.yes):
+        if several and not await confirm(f"delete {what} ({messages:,} messages)?", args.yes):
             print("histstore: nothing deleted", file=sys.stderr)
             return 1
         bar = ProgressLine("clear")
@@ -395,18 +297,20 @@ async def cmd_purge(args: argparse.Namespace) -> int:
     scope = f" of user {args.user!r}" if args.user is not None else ""
     async with open_store(args.url, schema=args.schema) as store:
         view = store.scoped(args.user) if args.user is not None else store
+        threads = CheckpointStore(view)
         if args.dry_run:
             ids = await admin.purge_candidates(view, idle_for=idle)
             for cid in ids:
                 print(cid)
+            idle_threads = len(await threads.idle_threads(idle))
             print(
-                f"{len(ids):,} conversations{scope} idle for more than {shown}"
-                " would be purged (dry run: nothing deleted)",
+                f"{len(ids):,} conversations{scope} idle for more than {shown} would be purged,"
+                f" and {idle_threads:,} threads (dry run: nothing deleted)",
                 file=sys.stderr,
             )
             return 0
-        question = f"delete every conversation{scope} idle for more than {shown}?"
-        if not await _confirm(question, args.yes):
+        question = f"delete every conversation and thread{scope} idle for more than {shown}?"
+        if not await confirm(question, args.yes):
             print("histstore: nothing deleted", file=sys.stderr)
             return 1
         bar = ProgressLine("purge")
@@ -414,7 +318,13 @@ async def cmd_purge(args: argparse.Namespace) -> int:
             n = await admin.purge(
                 view, idle_for=idle, progress=lambda d, t: bar.update(d, t, "conversations")
             )
+            gone = await threads.purge(
+                idle_for=idle, progress=lambda d, t: bar.update(d, t, "threads")
+            )
         finally:
             bar.close()
-    print(f"purged {n:,} conversations{scope} (idle for more than {shown}) {bar.took()}")
+    print(
+        f"purged {n:,} conversations{scope} and {gone:,} threads"
+        f" (idle for more than {shown}) {bar.took()}"
+    )
     return 0

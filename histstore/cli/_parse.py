@@ -11,7 +11,7 @@ from typing import Any
 
 import histstore
 
-from . import _commands, _demo, _show
+from . import _commands, _demo, _show, _threads, _transfer
 
 __all__ = ["build_parser", "parse_duration", "parse_metadata", "parse_when"]
 
@@ -265,18 +265,31 @@ def build_parser() -> argparse.ArgumentParser:
     user_option(p, "only this user's conversations")
     p.add_argument("--json", action="store_true", help="as one JSON object")
 
-    p = command("export", c.cmd_export, "write conversations as JSON Lines (all by default)")
+    p = command(
+        "export",
+        _transfer.cmd_export,
+        "write conversations and LangGraph threads as JSON Lines (all by default)",
+    )
     p.add_argument("ids", nargs="*", metavar="ID")
-    user_option(p, "only this user's conversations (an ID of someone else's is not found)")
+    p.add_argument(
+        "--thread",
+        action="append",
+        metavar="THREAD",
+        help="export this LangGraph thread (repeatable; with IDs or --thread only those go)",
+    )
+    user_option(p, "only this user's conversations and threads (someone else's is not found)")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
 
     batch = "conversation rows per transaction (default: the library's)"
-    p = command("import", c.cmd_import, "load an export file ('-' for stdin)")
+    p = command("import", _transfer.cmd_import, "load an export file ('-' for stdin)")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--batch", type=_positive, default=None, help=batch)
 
     p = command(
-        "copy", c.cmd_copy, "copy every conversation from one database to another", with_url=False
+        "copy",
+        _transfer.cmd_copy,
+        "copy every conversation and LangGraph thread from one database to another",
+        with_url=False,
     )
     p.add_argument("source", metavar="SRC_URL")
     p.add_argument("destination", metavar="DST_URL")
@@ -295,7 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
     user_option(p, "every conversation of this user (with IDs: only those, when theirs)")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask (needed without a tty)")
 
-    p = command("purge", c.cmd_purge, "delete conversations not changed for a while")
+    p = command(
+        "purge", c.cmd_purge, "delete conversations and LangGraph threads not changed for a while"
+    )
     p.add_argument(
         "--idle",
         required=True,
@@ -306,4 +321,6 @@ def build_parser() -> argparse.ArgumentParser:
     user_option(p, "only this user's conversations")
     p.add_argument("--dry-run", action="store_true", help="list them, delete nothing")
     p.add_argument("-y", "--yes", action="store_true", help="do not ask (needed without a tty)")
+
+    _threads.add_threads_command(sub, url, _argument(parse_duration), _non_negative)
     return parser

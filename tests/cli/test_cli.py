@@ -798,7 +798,13 @@ async def test_user_mistakes_are_one_line_errors(tmp_path: Path, pg_url: str) ->
 
 def test_the_command_line_uses_only_public_names() -> None:
     """The CLI holds no SQL: no SQLAlchemy, no private histstore module (issue 9)."""
-    public = {"histstore", "histstore.admin", "histstore.turns", "histstore.middleware"}
+    public = {
+        "histstore",
+        "histstore.admin",
+        "histstore.checkpoints",
+        "histstore.turns",
+        "histstore.middleware",
+    }
     package = Path(histstore.__file__).parent / "cli"
     files = sorted(package.glob("*.py"))
     assert {f.name for f in files} >= {"__init__.py", "_parse.py", "_commands.py", "_render.py"}

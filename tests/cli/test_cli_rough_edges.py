@@ -223,23 +223,25 @@ async def test_long_commands_end_with_one_timed_line(shared_backend: Any, tmp_pa
         (
             ("export", "--url", url, "-o", dump),
             "err",
-            rf"exported 3 conversations, 12 messages to \S+{TOOK}",
+            rf"exported 3 conversations, 12 messages, 0 threads \(0 checkpoints\) to \S+{TOOK}",
         ),
         (
             ("import", dump, "--url", str(tmp_path / "imported.db")),
             "out",
-            rf"imported 3 conversations \(12 messages\){TOOK}; 0 already there unchanged",
+            rf"imported 3 conversations \(12 messages\) and 0 threads \(0 checkpoints\){TOOK};"
+            r" 0 already there unchanged \(and 0 threads\)",
         ),
         (
             ("copy", url, str(tmp_path / "copied.db")),
             "out",
-            rf"copied 3 conversations from \S+ to \S+{TOOK}; 0 already there unchanged",
+            rf"copied 3 conversations and 0 threads \(0 checkpoints\) from \S+ to \S+{TOOK};"
+            r" 0 already there unchanged \(and 0 threads\)",
         ),
         (("reindex", "--url", url), "out", rf"reindexed 0 messages \(12 checked\){TOOK}"),
         (
             ("purge", "--idle", "0s", "--yes", "--url", url),
             "out",
-            rf"purged 3 conversations \(idle for more than 0s\){TOOK}",
+            rf"purged 3 conversations and 0 threads \(idle for more than 0s\){TOOK}",
         ),
     ]
     for argv, stream, line in expected:
@@ -310,4 +312,6 @@ async def test_reindex_and_purge_draw_progress_on_a_terminal(shared_backend: Any
     assert purged.code == 0, purged.err
     assert "purge [" in purged.err
     assert "3/3 conversations" in purged.err
-    assert re.fullmatch(rf"purged 3 conversations \(idle for more than 0s\){TOOK}\n", purged.out)
+    assert re.fullmatch(
+        rf"purged 3 conversations and 0 threads \(idle for more than 0s\){TOOK}\n", purged.out
+    )

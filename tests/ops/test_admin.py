@@ -182,13 +182,13 @@ def test_progress_ends_at_what_was_done() -> None:
     """Fewer done than counted first (changed meanwhile): the last call lowers the total;
     more: the total follows."""
     calls: list[tuple[int, int]] = []
-    report = histstore.admin._queries._Reporter(lambda *c: calls.append(c), 5)
+    report = histstore.admin._maintenance._Reporter(lambda *c: calls.append(c), 5)
     for done in (2, 2, 4):
         report(done)
     report.finish()
     assert calls == [(2, 5), (4, 5), (4, 4)]
     calls.clear()
-    report = histstore.admin._queries._Reporter(lambda *c: calls.append(c), 1)
+    report = histstore.admin._maintenance._Reporter(lambda *c: calls.append(c), 1)
     report(3)
     report.finish()
     assert calls == [(3, 3)]
