@@ -101,7 +101,7 @@ class Shared:
         """The checkpoint storage's statements of a whole store or of a user's view."""
         sql = self._checkpoints.get(scoped)
         if sql is None:
-            sql = self._checkpoints[scoped] = CheckpointStatements(self.executor.dialect, scoped)
+            sql = self._checkpoints[scoped] = CheckpointStatements(self.executor.driver, scoped)
         return sql
 
 

@@ -386,7 +386,11 @@ checkpoints = Table(
 )
 
 # A channel's value at one version, shared by every checkpoint of the thread that holds
-# that version (a value is stored when it changes, not with every checkpoint).
+# that version (a value is stored when it changes, not with every checkpoint). A value
+# that extends the channel's value at another version of the thread (a list with items
+# appended) names that version in ``base`` and holds only the items it adds (a list
+# serialized the same way), so a thread's storage grows with its messages, not with
+# messages x checkpoints.
 checkpoint_blobs = Table(
     "histstore_checkpoint_blobs",
     metadata,
@@ -396,6 +400,7 @@ checkpoint_blobs = Table(
     Column("version", Text, nullable=False),
     Column("type", Text, nullable=False),
     Column("blob", LargeBinary, nullable=True),
+    Column("base", Text, nullable=True),
     PrimaryKeyConstraint("thread_id", "checkpoint_ns", "channel", "version"),
 )
 

@@ -11,12 +11,18 @@ __all__ = ["Blob", "StoredCheckpoint", "Write", "as_bytes", "with_parts"]
 
 @dataclass(frozen=True, slots=True)
 class Blob:
-    """A channel's serialized value at one version (``blob`` is ``None`` for an empty one)."""
+    """A channel's serialized value at one version (``blob`` is ``None`` for an empty one).
+
+    With ``base`` set, the value extends the channel's value at version ``base`` (of the
+    same thread and namespace): ``blob`` is the serialized list of the items that follow
+    that value's items.
+    """
 
     channel: str
     version: str
     type: str
     blob: bytes | None
+    base: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,8 +43,10 @@ class StoredCheckpoint:
 
     ``metadata`` is the JSON text given to ``put``; ``values`` holds one ``Blob`` per
     channel version the checkpoint listed in ``put(blobs=...)`` that is stored (after a
-    checkpoint was stored again with fewer channels, possibly more: match versions);
-    ``writes`` are in LangGraph's order (task path, task id, index).
+    checkpoint was stored again with fewer channels, possibly more: match versions),
+    and every version those extend (``Blob.base``, down to a full value; ``channels``
+    says which version each channel reads); ``writes`` are in LangGraph's order (task
+    path, task id, index).
     """
 
     thread_id: str
@@ -50,6 +58,8 @@ class StoredCheckpoint:
     metadata: str
     values: tuple[Blob, ...]
     writes: tuple[Write, ...]
+    channels: tuple[tuple[str, str], ...] = ()
+    """(channel, version) of each value the checkpoint reads, by channel."""
 
 
 def as_bytes(value: Any) -> bytes | None:

@@ -1,32 +1,48 @@
 """Checkpoint writes: storing a checkpoint (with the channel values it brings) and the
-pending writes of its tasks, each in one write transaction that first locks the thread."""
+pending writes of its tasks, each one write transaction (a program of compiled
+statements: on SQLite one trip to the connection's thread) that first locks the thread."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from datetime import datetime
-
-from sqlalchemy.ext.asyncio import AsyncConnection
+from collections.abc import Generator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
 
 from .._errors import NotFound
+from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Rollback, Step
 from .._storage.rows import now as clock
 from ._records import Blob, Write
 from ._scope import CheckpointScope
 
 __all__ = ["CheckpointWrites"]
 
+_FRESH = timedelta(seconds=1)
+"""How long a thread's ``updated_at`` may lag behind its latest write (SQLite)."""
+
 
 class CheckpointWrites(CheckpointScope):
     """``put`` and ``put_writes``: a checkpoint's rows and its tasks' pending writes."""
 
-    async def _touch(self, conn: AsyncConnection, thread_id: str, now: datetime) -> None:
-        """Create the thread (owned by this view's user) or mark it changed, locking it.
+    def _touch(self, thread_id: str, now: datetime) -> Generator[Step, Any, None]:
+        """Create the thread (owned by this view's user) or mark it changed, locking it
+        (on SQLite the transaction's write lock is the lock, and ``updated_at`` may lag
+        a write by up to a second).
 
         Raises ``NotFound`` when the thread belongs to another owner.
         """
+        sql = self._sql
         params = {"thread_id": thread_id, "owner": self._owner, "now": now}
-        if (await conn.execute(self._sql.touch_thread, params)).first() is None:
+        if sql.thread_owner is None:
+            if not (yield FETCH, sql.touch, params):
+                raise NotFound(f"thread {thread_id!r} not found")
+            return
+        found = yield FETCH, sql.thread_owner, params
+        if not found:
+            yield FETCH, sql.create, params  # the write lock is held: it is created
+        elif self._owner is not None and found[0][0] != self._owner:
             raise NotFound(f"thread {thread_id!r} not found")
+        else:
+            yield EXECUTE, sql.refresh, {**params, "stale": now - _FRESH}
 
     async def put(
         self,
@@ -41,14 +57,20 @@ class CheckpointWrites(CheckpointScope):
         run_id: str | None,
         blobs: Mapping[str, str],
         new_blobs: Sequence[Blob] = (),
-    ) -> None:
+    ) -> bool:
         """Store a checkpoint (replacing one with the same id) in one transaction.
 
         Args:
             blobs: channel -> version of every value the checkpoint reads from the blobs.
-            new_blobs: values to store; a version already stored is kept as it is.
+            new_blobs: values to store; a version already stored is kept as it is. A
+                value with a ``base`` (the version it extends) is stored only while
+                that version is stored.
             metadata: a JSON object, as text.
             run_id: the run that made it (``delete_runs`` finds it by this).
+
+        Returns:
+            ``True``; ``False`` when a new value's ``base`` is not stored (nor the value
+            itself): then nothing was stored, and the caller stores it whole instead.
         """
         now = clock()
         key = {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}
@@ -62,25 +84,59 @@ class CheckpointWrites(CheckpointScope):
             "metadata": metadata,
             "created_at": now,
         }
-        blob_rows = [
-            {**key, "channel": b.channel, "version": b.version, "type": b.type, "blob": b.blob}
-            for b in new_blobs
-        ]
+        whole: list[dict[str, Any]] = []
+        deltas: list[dict[str, Any]] = []
+        for b in new_blobs:
+            blob_row = {
+                **key,
+                "channel": b.channel,
+                "version": b.version,
+                "type": b.type,
+                "blob": b.blob,
+                "base": b.base,
+            }
+            (whole if b.base is None else deltas).append(blob_row)
         channel_rows = [
             {**key, "checkpoint_id": checkpoint_id, "channel": channel, "version": version}
             for channel, version in blobs.items()
         ]
         sql = self._sql
+        if sql.put_rows is not None:
+            together = sql.put_rows
 
-        async def work(conn: AsyncConnection) -> None:
-            await self._touch(conn, thread_id, now)
-            if blob_rows:
-                await conn.execute(sql.keep_blobs, blob_rows)
+            def together_program() -> Generator[Step, Any, bool | Rollback[bool]]:
+                yield from self._touch(thread_id, now)
+                params = {**row, **_arrays("d", deltas), **_arrays("w", whole)}
+                params.update(_arrays("c", channel_rows))
+                stored = yield FETCH, together, params
+                if stored[0][0] < len(deltas):  # a base is gone, or a version was stored
+                    for delta in deltas:
+                        if not (yield FETCH, sql.blob_stored, delta):
+                            return Rollback(False)
+                return True
+
+            return await self._executor.write(
+                together_program(), action=f"saving a checkpoint of thread {thread_id!r}"
+            )
+
+        def program() -> Generator[Step, Any, bool | Rollback[bool]]:
+            yield from self._touch(thread_id, now)
+            for delta in deltas:
+                stored = yield FETCH, sql.store_delta, delta
+                # None stored: its base is gone (the thread was deleted or pruned
+                # meanwhile), or this version is stored already (then kept as it is).
+                if not stored and not (yield FETCH, sql.blob_stored, delta):
+                    return Rollback(False)
+            if whole:
+                yield EXECUTE_MANY, sql.store_blobs, whole
             if channel_rows:
-                await conn.execute(sql.set_channels, channel_rows)
-            await conn.execute(sql.put_checkpoint, row)
+                yield EXECUTE_MANY, sql.store_channels, channel_rows
+            yield EXECUTE, sql.store_checkpoint, row
+            return True
 
-        await self._run("write", f"saving a checkpoint of thread {thread_id!r}", work)
+        return await self._executor.write(
+            program(), action=f"saving a checkpoint of thread {thread_id!r}"
+        )
 
     async def put_writes(
         self,
@@ -112,10 +168,42 @@ class CheckpointWrites(CheckpointScope):
             }
             for w in writes
         ]
-        stmt = self._sql.replace_writes if replace else self._sql.keep_writes
+        action = f"saving pending writes of thread {thread_id!r}"
+        alone = self._sql.writes_alone.get(replace)
+        if alone is not None:
+            params = {
+                "thread_id": thread_id,
+                "owner": self._owner,
+                "now": clock(),
+                "checkpoint_ns": checkpoint_ns,
+                "checkpoint_id": checkpoint_id,
+                **_arrays("p", rows),
+            }
 
-        async def work(conn: AsyncConnection) -> None:
-            await self._touch(conn, thread_id, clock())
-            await conn.execute(stmt, rows)
+            def one() -> Generator[Step, Any, None]:
+                if not (yield FETCH, alone, params):
+                    raise NotFound(f"thread {thread_id!r} not found")
 
-        await self._run("write", f"saving pending writes of thread {thread_id!r}", work)
+            await self._executor.write(one(), action=action, single=True)
+            return
+        stmt = self._sql.store_writes[replace]
+
+        def program() -> Generator[Step, Any, None]:
+            yield from self._touch(thread_id, clock())
+            yield EXECUTE_MANY, stmt, rows
+
+        await self._executor.write(program(), action=action)
+
+
+_ARRAY_COLUMNS = {
+    "d": ("channel", "version", "type", "blob", "base"),
+    "w": ("channel", "version", "type", "blob"),
+    "c": ("channel", "version"),
+    "p": ("task_id", "idx", "task_path", "channel", "type", "blob"),
+}
+
+
+def _arrays(prefix: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """``rows`` as the array parameters ``<prefix>_<column>`` of the one-statement
+    writes (``_storage.statements.checkpoints``)."""
+    return {f"{prefix}_{c}": [r[c] for r in rows] for c in _ARRAY_COLUMNS[prefix]}

@@ -26,6 +26,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from histstore import InvalidId, InvalidMessage, validate_id
 from histstore.checkpoints import Blob, CheckpointStore, StoredCheckpoint, Write
 
+from ._langgraph_values import ChannelKey, Recent, RecentValues, SharedItems, rebuild
+
 __all__ = [
     "Put",
     "PutWrites",
@@ -37,6 +39,7 @@ __all__ = [
     "load",
     "locate",
     "needs_thread",
+    "put_is_heavy",
     "uses_delta",
 ]
 
@@ -84,9 +87,41 @@ def locate(config: RunnableConfig) -> tuple[str, str, str | None]:
     )
 
 
+_THREAD_ITEMS = 64
+"""Items of a collection past which serializing it is left to a worker thread (a trip
+there costs about what serializing a few dozen chat messages does)."""
+
+
+def _heavy(value: Any, skip: int = 0) -> bool:
+    if isinstance(value, (list, tuple, dict, set, frozenset)):
+        return len(value) - skip > _THREAD_ITEMS
+    return isinstance(value, (bytes, str)) and len(value) > 1 << 16
+
+
 def needs_thread(values: Any) -> bool:
-    """Whether serializing ``values`` is worth a worker thread (anything not scalar)."""
-    return any(v is not None and not isinstance(v, _SCALARS) for v in values)
+    """Whether serializing ``values`` is worth a worker thread (a large collection)."""
+    return any(_heavy(v) for v in values)
+
+
+def put_is_heavy(
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    new_versions: ChannelVersions,
+    recent: RecentValues,
+) -> bool:
+    """Whether ``dump_put`` is worth a worker thread: a value it serializes is large
+    (counting only the items a list adds to the channel's previous value)."""
+    configurable = config.get("configurable") or {}
+    thread_id = configurable.get("thread_id")
+    ns = str(configurable.get("checkpoint_ns", ""))
+    values = checkpoint["channel_values"]
+    for k in new_versions:
+        value = values.get(k)
+        known = recent.get((str(thread_id), ns, k))
+        skip = len(known.items) if known is not None and type(value) is list else 0
+        if _heavy(value, skip):
+            return True
+    return False
 
 
 def dump_put(
@@ -95,7 +130,10 @@ def dump_put(
     checkpoint: Checkpoint,
     metadata: CheckpointMetadata,
     new_versions: ChannelVersions,
+    recent: RecentValues | None = None,
 ) -> Put:
+    """The rows of a ``put``; with ``recent``, a list value that extends the channel's
+    value ``recent`` holds is stored as the items it adds (see ``RecentValues``)."""
     configurable = config.get("configurable") or {}
     thread_id = thread_id_of(config)
     ns = str(configurable.get("checkpoint_ns", ""))
@@ -103,9 +141,23 @@ def dump_put(
     inline = {k: v for k, v in values.items() if v is None or isinstance(v, _SCALARS)}
     versions = checkpoint["channel_versions"]
     blobs = {k: str(versions[k]) for k in values if k not in inline and k in versions}
-    new_blobs = [
-        Blob(k, blobs[k], *serde.dumps_typed(values[k])) for k in new_versions if k in blobs
-    ]
+    new_blobs = []
+    remember = []
+    for k in new_versions:
+        if k not in blobs:
+            continue
+        value, version = values[k], blobs[k]
+        known = None if recent is None else recent.get((thread_id, ns, k))
+        if type(value) is not list:
+            new_blobs.append(Blob(k, version, *serde.dumps_typed(value)))
+            continue
+        if known is not None and known.extended_by(value) and known.version != version:
+            added = value[len(known.items) :]
+            new_blobs.append(Blob(k, version, *serde.dumps_typed(added), base=known.version))
+            remember.append(((thread_id, ns, k), Recent(version, tuple(value), known.depth + 1)))
+        else:
+            new_blobs.append(Blob(k, version, *serde.dumps_typed(value)))
+            remember.append(((thread_id, ns, k), Recent(version, tuple(value), 0)))
     copy = cast(dict[str, Any], checkpoint.copy())
     copy["channel_values"] = inline
     type_, payload = serde.dumps_typed(copy)
@@ -124,6 +176,7 @@ def dump_put(
             "blobs": blobs,
             "new_blobs": new_blobs,
         },
+        remember,
     )
 
 
@@ -151,15 +204,32 @@ def dump_writes(
     return PutWrites(thread_id, ns, checkpoint_id, rows, replace)
 
 
-def load(serde: SerializerProtocol, stored: StoredCheckpoint) -> CheckpointTuple:
+def load(
+    serde: SerializerProtocol,
+    stored: StoredCheckpoint,
+    recent: RecentValues | None = None,
+    shared: SharedItems | None = None,
+) -> CheckpointTuple:
+    """The checkpoint tuple of ``stored``; with ``recent``, the list values it holds are
+    remembered there (so the next ``put`` of the thread can extend them); with
+    ``shared``, the parts of list values are decoded once for every checkpoint loaded
+    with it (see ``SharedItems``)."""
     loads = serde.loads_typed
     checkpoint = cast(Checkpoint, loads((stored.type, stored.checkpoint)))
     values = dict(checkpoint.get("channel_values") or {})
     versions = checkpoint.get("channel_versions") or {}
-    for blob in stored.values:
-        version = versions.get(blob.channel)
-        if blob.type != "empty" and blob.blob is not None and str(version) == blob.version:
-            values[blob.channel] = loads((blob.type, blob.blob))
+    found = {(b.channel, b.version): b for b in stored.values}
+    for channel, version in stored.channels or sorted(found):
+        blob = found.get((channel, version))
+        if blob is None or str(versions.get(channel)) != version:
+            continue
+        if blob.base is None and (blob.type == "empty" or blob.blob is None):
+            continue
+        value, depth = rebuild(loads, found, blob, stored, shared)
+        values[channel] = value
+        if recent is not None and type(value) is list:
+            key = (stored.thread_id, stored.checkpoint_ns, channel)
+            recent.remember([(key, Recent(version, tuple(value), depth))])
     checkpoint["channel_values"] = values
     writes: list[PendingWrite] = [
         (w.task_id, w.channel, loads((w.type, w.blob))) for w in stored.writes
@@ -210,13 +280,15 @@ def list_args(
 
 @dataclass(frozen=True, slots=True)
 class Put:
-    """A serialized ``put``: what the storage stores, ready to run on any loop."""
+    """A serialized ``put``: what the storage stores, ready to run on any loop.
+    ``remember``: the list values it stores, for ``RecentValues`` once it is stored."""
 
     thread_id: str
     ns: str
     args: dict[str, Any]
+    remember: list[tuple[ChannelKey, Recent]]
 
-    def __call__(self, storage: CheckpointStore) -> Awaitable[None]:
+    def __call__(self, storage: CheckpointStore) -> Awaitable[bool]:
         return storage.put(self.thread_id, self.ns, **self.args)
 
 

@@ -15,7 +15,9 @@ What is stored, in histstore's own tables (``histstore_checkpoint_threads``,
 serialized by the saver's ``serde`` (LangGraph's ``JsonPlusSerializer`` by default), with
 its metadata as JSON; the channel values that are not plain scalars are stored apart, once
 per channel version, so a checkpoint that changes one channel stores that channel's value
-only; and the pending writes of each task. Thread ids follow histstore's id rules
+only, and a list that extends the channel's previous value (the same items, more appended,
+as ``add_messages`` makes it) as the items it adds (a whole value at least every 16
+versions); and the pending writes of each task. Thread ids follow histstore's id rules
 (``InvalidId`` otherwise); an ``int`` or ``UUID`` thread id is used as its ``str``.
 
 Semantics beyond ``BaseCheckpointSaver``'s docstrings:
@@ -41,7 +43,6 @@ Semantics beyond ``BaseCheckpointSaver``'s docstrings:
 from __future__ import annotations
 
 import asyncio
-import builtins
 import random
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, TypeVar
@@ -71,8 +72,9 @@ from ._langgraph_codec import (
     load,
     locate,
     needs_thread,
-    uses_delta,
+    put_is_heavy,
 )
+from ._langgraph_values import RecentValues, SharedItems
 from ._sync import BridgedAdapter, LoopBridge
 
 __all__ = ["HiststoreSaver"]
@@ -92,10 +94,10 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
     result; called in a thread whose event loop is running they raise ``RuntimeError``
     naming the async method instead of blocking that loop. Which loop that is:
 
-    - given a URL or path, the saver owns its store. It is opened on the loop of the first
-      call: an async call's loop, or, for a sync call, a private loop thread the saver
-      starts (later async calls from other loops are handed to it). ``close()`` /
-      ``aclose()`` (or ``with`` / ``async with``) release the store and the thread.
+    - given a URL or path, the saver owns its stores: one per event loop, opened on the
+      loop's first call (see ``histstore.integrations``); sync calls run on a private
+      loop thread the saver starts. ``close()`` / ``aclose()`` (or ``with`` / ``async
+      with``), from any thread or loop, release the stores and the thread.
     - given a ``Store``, sync calls run on the loop the store is used on: the loop running
       when the saver was made, or that of its latest async call. They work from any other
       thread while that loop runs (LangGraph's sync ``invoke`` inside
@@ -113,7 +115,7 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
     def __init__(self, store: StoreTarget, *, serde: SerializerProtocol | None = None) -> None:
         super().__init__(serde=serde)
         self._handle = _StoreHandle(store)
-        self._storage: CheckpointStore | None = None
+        self._recent = RecentValues()
         self._bridge: LoopBridge[CheckpointStore] = LoopBridge(
             self._handle,
             self._storage_here,
@@ -132,7 +134,7 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
         Costs three primary-key lookups, however many checkpoints the thread holds."""
         thread_id, ns, checkpoint_id = locate(config)
         stored = await self._bridge.acall(lambda cs: cs.get(thread_id, ns, checkpoint_id))
-        return None if stored is None else await self._aload(stored)
+        return None if stored is None else await self._aload(stored, self._recent)
 
     async def alist(
         self,
@@ -147,15 +149,16 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
         ``filter``, older than ``before``'s checkpoint, at most ``limit`` of them."""
         args = list_args(config, filter, before, limit)
         loop = asyncio.get_running_loop()
+        shared = SharedItems()
         if self._bridge.home_for(loop) is loop:
             storage = await self._bridge.resource()
             async for stored in storage.list(*args[0], **args[1]):
-                yield await self._aload(stored)
+                yield await self._aload(stored, shared=shared)
         else:  # an owned store living on another loop: fetch there, hand over the list
             for stored in await self._bridge.acall(
                 lambda cs: _collect(cs.list(*args[0], **args[1]))
             ):
-                yield await self._aload(stored)
+                yield await self._aload(stored, shared=shared)
 
     async def aput(
         self,
@@ -166,14 +169,20 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         """Store a checkpoint after ``config``'s checkpoint (its parent); returns the
         config naming the stored one. Only the values of ``new_versions``' channels that
-        are not plain scalars are stored apart (once per version)."""
-        if needs_thread(checkpoint["channel_values"].values()):
-            put = await asyncio.to_thread(
-                dump_put, self.serde, config, checkpoint, metadata, new_versions
-            )
+        are not plain scalars are stored apart (once per version); a list that extends
+        the channel's previous value is stored as the items it adds."""
+        args = (self.serde, config, checkpoint, metadata, new_versions)
+        recent = self._recent
+        if put_is_heavy(config, checkpoint, new_versions, recent):
+            put = await asyncio.to_thread(dump_put, *args, recent)
         else:
-            put = dump_put(self.serde, config, checkpoint, metadata, new_versions)
-        await self._bridge.acall(put)
+            put = dump_put(*args, recent)
+        if not await self._bridge.acall(put):
+            # A value it extends is gone (its thread was deleted or pruned): store whole.
+            recent.forget([put.thread_id])
+            put = await asyncio.to_thread(dump_put, *args)
+            await self._bridge.acall(put)
+        recent.remember(put.remember)
         return config_of(put.thread_id, put.ns, checkpoint["id"])
 
     async def aput_writes(
@@ -197,12 +206,14 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
     async def adelete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint, value and write of the thread. Idempotent."""
         tid = as_thread_id(thread_id)
+        self._recent.forget([tid])
         await self._bridge.acall(lambda cs: cs.delete_thread(tid))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete the checkpoints made by these runs (``metadata["run_id"]``), with their
         pending writes and the channel values no remaining checkpoint reads."""
         ids = [str(r) for r in run_ids]
+        self._recent.forget()
         await self._bridge.acall(lambda cs: cs.delete_runs(ids))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -221,12 +232,14 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
 
         Raises:
             ValueError: an unknown strategy.
-            NotImplementedError: ``keep_latest`` on a thread that uses a ``DeltaChannel``.
+            NotImplementedError: ``keep_latest`` on a thread that uses a ``DeltaChannel``
+                (checked as each thread is pruned: the threads before it are pruned).
         """
         if strategy not in ("keep_latest", "delete"):
             raise ValueError("strategy must be 'keep_latest' or 'delete'")
         ids = [as_thread_id(t) for t in thread_ids]
-        await self._bridge.acall(lambda cs: self._prune(cs, ids, strategy == "keep_latest"))
+        self._recent.forget(ids)
+        await self._bridge.acall(lambda cs: cs.prune(ids, keep_latest=strategy == "keep_latest"))
 
     # ------------------------------------------------------------------ sync API
 
@@ -234,7 +247,7 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
         """Sync ``aget_tuple``."""
         thread_id, ns, checkpoint_id = locate(config)
         stored = self._bridge.call(lambda cs: cs.get(thread_id, ns, checkpoint_id), "get_tuple")
-        return None if stored is None else load(self.serde, stored)
+        return None if stored is None else load(self.serde, stored, self._recent)
 
     def list(
         self,
@@ -249,7 +262,8 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
         found = self._bridge.call(
             lambda cs: _collect(cs.list(*args[0], **args[1])), "list", "alist"
         )
-        return iter([load(self.serde, stored) for stored in found])
+        shared = SharedItems()
+        return iter([load(self.serde, stored, shared=shared) for stored in found])
 
     def put(
         self,
@@ -260,8 +274,13 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         """Sync ``aput``."""
         self._bridge.no_loop_here("put")
-        put = dump_put(self.serde, config, checkpoint, metadata, new_versions)
-        self._bridge.call(put, "put")
+        args = (self.serde, config, checkpoint, metadata, new_versions)
+        put = dump_put(*args, self._recent)
+        if not self._bridge.call(put, "put"):
+            self._recent.forget([put.thread_id])  # see aput
+            put = dump_put(*args)
+            self._bridge.call(put, "put")
+        self._recent.remember(put.remember)
         return config_of(put.thread_id, put.ns, checkpoint["id"])
 
     def put_writes(
@@ -278,11 +297,13 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
     def delete_thread(self, thread_id: str) -> None:
         """Sync ``adelete_thread``."""
         tid = as_thread_id(thread_id)
+        self._recent.forget([tid])
         self._bridge.call(lambda cs: cs.delete_thread(tid), "delete_thread")
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Sync ``adelete_for_runs``."""
         ids = [str(r) for r in run_ids]
+        self._recent.forget()
         self._bridge.call(lambda cs: cs.delete_runs(ids), "delete_for_runs")
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -295,7 +316,9 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
         if strategy not in ("keep_latest", "delete"):
             raise ValueError("strategy must be 'keep_latest' or 'delete'")
         ids = [as_thread_id(t) for t in thread_ids]
-        self._bridge.call(lambda cs: self._prune(cs, ids, strategy == "keep_latest"), "prune")
+        self._recent.forget(ids)
+        keep = strategy == "keep_latest"
+        self._bridge.call(lambda cs: cs.prune(ids, keep_latest=keep), "prune")
 
     def get_next_version(self, current: str | None, channel: None) -> str:
         """The version after ``current``: a zero-padded counter and a random fraction.
@@ -317,31 +340,22 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
 
     # ------------------------------------------------------------------ plumbing
 
-    async def _aload(self, stored: StoredCheckpoint) -> CheckpointTuple:
+    async def _aload(
+        self,
+        stored: StoredCheckpoint,
+        recent: RecentValues | None = None,
+        shared: SharedItems | None = None,
+    ) -> CheckpointTuple:
         """``load``, in a worker thread when the checkpoint is large."""
         size = len(stored.checkpoint) + sum(len(b.blob or b"") for b in stored.values)
         size += sum(len(w.blob) for w in stored.writes)
         if size > 1 << 16:
-            return await asyncio.to_thread(load, self.serde, stored)
-        return load(self.serde, stored)
-
-    async def _prune(
-        self, storage: CheckpointStore, thread_ids: builtins.list[str], keep: bool
-    ) -> None:
-        if keep:
-            for thread_id in thread_ids:
-                async for stored in storage.list(thread_id, None, where=uses_delta):
-                    raise NotImplementedError(
-                        f"keep_latest cannot prune thread {stored.thread_id!r}: it uses a"
-                        " DeltaChannel, whose state is rebuilt from older checkpoints"
-                    )
-        await storage.prune(thread_ids, keep_latest=keep)
+            return await asyncio.to_thread(load, self.serde, stored, recent, shared)
+        return load(self.serde, stored, recent, shared)
 
     async def _storage_here(self) -> CheckpointStore:
-        """The checkpoint storage (made on the loop the store belongs to)."""
-        if self._storage is None:
-            self._storage = CheckpointStore(await self._handle.get())
-        return self._storage
+        """The checkpoint storage of the running loop's store (made once per store)."""
+        return await self._handle.derived(CheckpointStore)
 
 
 async def _collect(items: AsyncIterator[T]) -> list[T]:

@@ -123,3 +123,19 @@ def test_quick_editable_run_times_commit_read_and_edit(tmp_path: Path) -> None:
         assert result["read"][name]["samples"] == 50
     assert result["read"]["entries"] == 6000 - 298 - 5  # the edits of (b)
     assert result["load"]["edit"]["p50_us"] > 0
+
+
+def test_quick_frameworks_run_compares_both_savers_and_their_storage(tmp_path: Path) -> None:
+    lines, doc = run_quick("frameworks.py", tmp_path)
+    rows = [line for line in lines if line.startswith("sqlite ")]
+    for op in ("aput+aput_writes", "aget_tuple", "alist(limit=10)"):
+        assert sum(op in line for line in rows) == 2  # 10 and 100 checkpoints
+    assert not any(line.startswith("postgres") for line in lines)
+    result = doc["results"]["sqlite"]
+    assert set(result["speed"]) == {"chat/10", "chat/100"}
+    for by_saver in result["speed"].values():
+        assert set(by_saver) == {"histstore", "langgraph"}
+        for ops in by_saver.values():
+            assert all(ops[op]["mean_us"] > 0 for op in ops)
+    stored = result["bytes_per_thread"]
+    assert 0 < stored["histstore"] < stored["langgraph"]

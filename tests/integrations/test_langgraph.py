@@ -10,7 +10,7 @@ import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -394,7 +394,8 @@ async def test_values_are_stored_once_per_version(store):
     thread = new_thread()
     big = {"messages": [{"role": "user", "content": "x" * 1000}]}
     first = await put(saver, thread, values={"a": big, "b": [1, 2], "s": "scalar"})
-    cp = generate_checkpoint(channel_values={"a": big, "b": [1, 2, 3], "s": "scalar"})
+    # [3, 2, 1] does not extend [1, 2]: stored whole (see test_langgraph_storage.py)
+    cp = generate_checkpoint(channel_values={"a": big, "b": [3, 2, 1], "s": "scalar"})
     previous = (await saver.aget_tuple(first)).checkpoint["channel_versions"]  # type: ignore[union-attr]
     cp["channel_versions"] = {**previous, "b": saver.get_next_version(previous["b"], None)}
     config = thread_config(
@@ -405,7 +406,7 @@ async def test_values_are_stored_once_per_version(store):
     )
     got = await saver.aget_tuple(second)
     assert got is not None
-    assert got.checkpoint["channel_values"] == {"a": big, "b": [1, 2, 3], "s": "scalar"}
+    assert got.checkpoint["channel_values"] == {"a": big, "b": [3, 2, 1], "s": "scalar"}
     assert got.parent_config is not None
     async with store.engine.connect() as conn:
         blobs = (
@@ -547,6 +548,52 @@ async def test_keep_latest_refuses_delta_channel_threads(store):
     assert len([c async for c in saver.alist(thread_config(thread))]) == 2
     await saver.aprune([thread], strategy="delete")
     assert [c async for c in saver.alist(thread_config(thread))] == []
+
+
+async def test_keep_latest_keeps_what_an_interrupted_graph_resumes_from(store):
+    """Each namespace keeps its latest checkpoint, with the values and pending writes
+    (the interrupt) it needs: the pruned thread resumes as an unpruned one does."""
+    saver = HiststoreSaver(store)
+    graph = interrupting_graph().compile(checkpointer=saver)
+    pruned, control = new_thread(), new_thread()
+    for thread in (pruned, control):
+        assert (await graph.ainvoke({"log": []}, thread_config(thread)))["__interrupt__"]
+    before = await graph.aget_state(thread_config(pruned), subgraphs=True)
+    count = len([c async for c in saver.alist(thread_config(control))])
+
+    await saver.aprune([pruned])
+    listed = [c async for c in saver.alist(thread_config(pruned))]
+    namespaces = [c.config["configurable"]["checkpoint_ns"] for c in listed]
+    assert len(namespaces) == len(set(namespaces)) == 2  # the root and the subgraph
+    assert all(c.parent_config is None for c in listed)
+    after = await graph.aget_state(thread_config(pruned), subgraphs=True)
+    assert (after.values, after.next) == (before.values, before.next)
+    assert after.tasks[0].interrupts == before.tasks[0].interrupts
+    assert after.tasks[0].state.values == before.tasks[0].state.values  # type: ignore[union-attr]
+    assert len([c async for c in saver.alist(thread_config(control))]) == count
+
+    resumed = [
+        await graph.ainvoke(Command(resume="yes"), thread_config(t)) for t in (pruned, control)
+    ]
+    assert resumed[0] == resumed[1]
+    assert resumed[0]["log"][-2:] == ["approved:yes", "finished"]
+
+
+async def test_purge_and_the_thread_catalog_see_only_a_views_threads(store):
+    alice, bob = CheckpointStore(store.scoped("alice")), CheckpointStore(store.scoped("bob"))
+    mine, theirs = new_thread(), new_thread()
+    await put(HiststoreSaver(store.scoped("alice")), mine)
+    await put(HiststoreSaver(store.scoped("bob")), theirs)
+    assert [t.thread_id for t in await bob.threads()] == [theirs]
+    with pytest.raises(NotFound):
+        await bob.thread(mine)
+    with pytest.raises(NotFound):
+        await bob.checkpoints(mine)
+    assert await bob.idle_threads(timedelta(0)) == [theirs]
+    assert await bob.purge(idle_for=timedelta(days=1)) == 0  # not idle that long
+    assert await bob.purge(idle_for=timedelta(0)) == 1
+    assert [t.thread_id for t in await CheckpointStore(store).threads()] == [mine]
+    assert (await alice.thread(mine)).checkpoints == 1
 
 
 # ---------------------------------------------------------------------- storage details

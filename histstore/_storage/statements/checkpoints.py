@@ -1,31 +1,62 @@
-"""The upserts and the thread lock of the checkpoint storage (``histstore.checkpoints``),
-built once per engine and kind of store.
+"""The statements of the checkpoint storage (``histstore.checkpoints``), built once per
+engine and kind of store.
 
-They are SQLAlchemy Core statements with bind parameters, run on a Core connection
-(the checkpoint storage reads and writes with Core); SQLAlchemy caches their compiled
-form. ``owner`` is a scoped view's user: with ``scoped`` a thread it did not create is
-neither touched nor locked.
+Two forms. The thread operations (delete, prune, copy, import) run SQLAlchemy Core on a
+Core connection: ``touch_thread``, ``create_thread``, ``lock_threads`` and the row
+upserts are Core statements for them. The hot path (``put``, ``put_writes``, ``get``,
+``list``) runs compiled statements through the executor's driver seam: one driver call
+each, and on SQLite a whole write in one trip to the connection's thread. ``owner`` is a
+scoped view's user: with ``scoped`` a thread it did not create is neither touched,
+locked nor read.
+
+Reading (``read``) is one statement per page of checkpoints, built in
+``_storage.statements.checkpoint_reads``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import bindparam, select
-from sqlalchemy.engine import Dialect
+from sqlalchemy import (
+    Integer,
+    LargeBinary,
+    Text,
+    bindparam,
+    cast,
+    exists,
+    func,
+    literal_column,
+    null,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.types import TypeEngine
 
 from .. import schema as s
+from ..drivers import CompiledStatement, Driver
 from . import dialects as _dialects
+from .checkpoint_reads import ReadShape, read_statement
+from .kinds import is_sqlite
 
 __all__ = ["CheckpointStatements"]
 
 _threads = s.checkpoint_threads
+_cp = s.checkpoints
+_blobs = s.checkpoint_blobs
+_chans = s.checkpoint_channels
+_writes = s.checkpoint_writes
 
 
 class CheckpointStatements:
-    """The checkpoint writes' statements for a whole store (``scoped=False``) or a view."""
+    """The checkpoint storage's statements for a whole store (``scoped=False``) or a view."""
 
-    def __init__(self, dialect: Dialect, scoped: bool) -> None:
+    def __init__(self, driver: Driver, scoped: bool) -> None:
+        dialect = driver.dialect
+        self._driver = driver
+        self._scoped = scoped
+        self._reads: dict[tuple[ReadShape, bool], CompiledStatement] = {}
+        compile_ = driver.compile
         thread = bindparam("thread_id", type_=_threads.c.thread_id.type)
         owner = bindparam("owner", type_=_threads.c.owner.type)
         now = bindparam("now", type_=_threads.c.updated_at.type)
@@ -52,28 +83,236 @@ class CheckpointStatements:
         self.lock_threads = _dialects.for_update(dialect, lock.order_by(_threads.c.thread_id))
 
         # Row inserts, each run with a list of rows (every column of its table).
-        cp = s.checkpoints
-        ins = _dialects.insert(dialect, cp)
+        ins = _dialects.insert(dialect, _cp)
         replaced = ("parent_checkpoint_id", "run_id", "type", "checkpoint", "metadata")
         self.put_checkpoint: Any = ins.on_conflict_do_update(
-            index_elements=list(cp.primary_key.columns),
+            index_elements=list(_cp.primary_key.columns),
             set_={name: ins.excluded[name] for name in replaced},
         )
         # A channel value already stored under its version is kept as it is.
-        self.keep_blobs: Any = _dialects.insert(dialect, s.checkpoint_blobs).on_conflict_do_nothing(
-            index_elements=list(s.checkpoint_blobs.primary_key.columns)
+        self.keep_blobs: Any = _dialects.insert(dialect, _blobs).on_conflict_do_nothing(
+            index_elements=list(_blobs.primary_key.columns)
         )
-        chans = _dialects.insert(dialect, s.checkpoint_channels)
+        chans = _dialects.insert(dialect, _chans)
         self.set_channels: Any = chans.on_conflict_do_update(
-            index_elements=list(s.checkpoint_channels.primary_key.columns),
+            index_elements=list(_chans.primary_key.columns),
             set_={"version": chans.excluded["version"]},
         )
-        writes = s.checkpoint_writes
-        keys = list(writes.primary_key.columns)
-        ins = _dialects.insert(dialect, writes)
+        keys = list(_writes.primary_key.columns)
+        ins = _dialects.insert(dialect, _writes)
         # Pending writes: a write stored under the same key is replaced, or kept.
         self.replace_writes: Any = ins.on_conflict_do_update(
             index_elements=keys,
             set_={c: ins.excluded[c] for c in ("task_path", "channel", "type", "blob")},
         )
         self.keep_writes: Any = ins.on_conflict_do_nothing(index_elements=keys)
+
+        # The same, compiled for the driver seam (``put`` and ``put_writes``).
+        self.touch = compile_(self.touch_thread)
+        self.store_checkpoint = compile_(self.put_checkpoint)
+        self.store_blobs = compile_(self.keep_blobs)
+        self.store_channels = compile_(self.set_channels)
+        self.store_writes = {True: compile_(self.replace_writes), False: compile_(self.keep_writes)}
+        # A value stored as an extension of ``base``: only while ``base`` is stored (the
+        # thread is locked, so it stays so until the commit). Returns its version when
+        # stored; nothing when ``base`` is missing or the version was already stored.
+        # Params: the blob's columns.
+        other = _blobs.alias("stored")
+        cols = [c.name for c in _blobs.columns]
+        source = select(*(bindparam(c.name, type_=c.type) for c in _blobs.columns)).where(
+            exists().where(
+                other.c.thread_id == bindparam("thread_id"),
+                other.c.checkpoint_ns == bindparam("checkpoint_ns"),
+                other.c.channel == bindparam("channel"),
+                other.c.version == bindparam("base"),
+            )
+        )
+        delta = _dialects.insert(dialect, _blobs).from_select(cols, source)
+        self.store_delta = compile_(
+            delta.on_conflict_do_nothing(index_elements=list(_blobs.primary_key.columns)).returning(
+                _blobs.c.version
+            )
+        )
+        # Whether a channel value is stored (params: thread_id, checkpoint_ns, channel,
+        # version).
+        self.blob_stored = compile_(
+            select(_blobs.c.version).where(
+                _blobs.c.thread_id == bindparam("thread_id"),
+                _blobs.c.checkpoint_ns == bindparam("checkpoint_ns"),
+                _blobs.c.channel == bindparam("channel"),
+                _blobs.c.version == bindparam("version"),
+            )
+        )
+
+        # SQLite: a writer holds the database's write lock from BEGIN IMMEDIATE on, so
+        # the thread needs no row lock; it is looked up (``thread_owner``: its owner, no
+        # row when unknown), created when missing (``create``) and marked changed at
+        # most once per second (``refresh``: params thread_id, now, stale), which spares
+        # most writes a rewrite of the thread's row.
+        self.thread_owner: CompiledStatement | None = None
+        if is_sqlite(dialect):
+            self.thread_owner = compile_(
+                select(_threads.c.owner).where(_threads.c.thread_id == thread)
+            )
+            self.create = compile_(self.create_thread)
+            stale = bindparam("stale", type_=_threads.c.updated_at.type)
+            self.refresh = compile_(
+                update(_threads)
+                .where(_threads.c.thread_id == thread, _threads.c.updated_at < stale)
+                .values(updated_at=now)
+            )
+        # Where the database can (Postgres), a write in fewer round trips: the rows of a
+        # ``put`` after its thread is locked, in one statement (see ``_put_rows``), and
+        # a ``put_writes`` as one statement that is its own transaction.
+        self.put_rows: CompiledStatement | None = None
+        self.writes_alone: dict[bool, CompiledStatement] = {}
+        if not is_sqlite(dialect):
+            self.put_rows = compile_(_put_rows())
+            self.writes_alone = {
+                replace: compile_(_writes_alone(self.touch_thread, replace))
+                for replace in (True, False)
+            }
+
+    def read(self, shape: ReadShape, *, parts: bool = True) -> CompiledStatement:
+        """The statement reading a page of checkpoints with everything they hold (see the
+        module doc; ``n`` is the page's size, ``owner`` a scoped view's user); without
+        ``parts``, only the checkpoint rows (kind ``c``)."""
+        stmt = self._reads.get((shape, parts))
+        if stmt is None:
+            built = read_statement(shape, self._scoped, parts)
+            stmt = self._reads[shape, parts] = self._driver.compile(built)
+        return stmt
+
+
+def _arrays(prefix: str, **columns: TypeEngine[Any]) -> Any:
+    """Rows from array parameters ``<prefix>_<column>``, all of one length (Postgres)."""
+    return (
+        func.unnest(
+            *(
+                bindparam(f"{prefix}_{name}", type_=postgresql.ARRAY(type_, dimensions=1))
+                for name, type_ in columns.items()
+            )
+        )
+        .table_valued(*columns)
+        .render_derived()
+    )
+
+
+def _put_rows() -> Any:
+    """A ``put``'s rows in one statement, run after the thread is locked (Postgres).
+
+    Stores the values that extend another version (arrays ``d_*``, each only while its
+    ``base`` is stored), the whole values (``w_*``), the versions the checkpoint reads
+    (``c_*``) and the checkpoint row (its columns as parameters). Returns how many of
+    the ``d_*`` values it stored.
+    """
+    thread = bindparam("thread_id", type_=_blobs.c.thread_id.type)
+    ns = bindparam("checkpoint_ns", type_=Text())
+    text_ = Text()
+    blob_cols = [c.name for c in _blobs.columns]
+    blob_key = list(_blobs.primary_key.columns)
+    extra = _arrays("d", channel=text_, version=text_, type=text_, blob=LargeBinary(), base=text_)
+    other = _blobs.alias("stored")
+    extended = (
+        postgresql.insert(_blobs)
+        .from_select(
+            blob_cols,
+            select(
+                thread,
+                ns,
+                extra.c.channel,
+                extra.c.version,
+                extra.c.type,
+                extra.c.blob,
+                extra.c.base,
+            ).where(
+                exists().where(
+                    other.c.thread_id == thread,
+                    other.c.checkpoint_ns == ns,
+                    other.c.channel == extra.c.channel,
+                    other.c.version == extra.c.base,
+                )
+            ),
+        )
+        .on_conflict_do_nothing(index_elements=blob_key)
+        .returning(_blobs.c.version)
+        .cte("extended")
+    )
+    full = _arrays("w", channel=text_, version=text_, type=text_, blob=LargeBinary())
+    whole = (
+        postgresql.insert(_blobs)
+        .from_select(
+            blob_cols,
+            select(
+                thread,
+                ns,
+                full.c.channel,
+                full.c.version,
+                full.c.type,
+                full.c.blob,
+                cast(null(), Text),
+            ),
+        )
+        .on_conflict_do_nothing(index_elements=blob_key)
+        .cte("whole")
+    )
+    checkpoint_id = bindparam("checkpoint_id", type_=_cp.c.checkpoint_id.type)
+    read = _arrays("c", channel=text_, version=text_)
+    new_chans = postgresql.insert(_chans).from_select(
+        [c.name for c in _chans.columns],
+        select(thread, ns, checkpoint_id, read.c.channel, read.c.version),
+    )
+    chans = new_chans.on_conflict_do_update(
+        index_elements=list(_chans.primary_key.columns),
+        set_={"version": new_chans.excluded["version"]},
+    ).cte("chans")
+    new_row = postgresql.insert(_cp).values(
+        {c.name: bindparam(c.name, type_=c.type) for c in _cp.columns}
+    )
+    replaced = ("parent_checkpoint_id", "run_id", "type", "checkpoint", "metadata")
+    row = new_row.on_conflict_do_update(
+        index_elements=list(_cp.primary_key.columns),
+        set_={name: new_row.excluded[name] for name in replaced},
+    ).cte("row")
+    return select(func.count()).select_from(extended).add_cte(whole).add_cte(chans).add_cte(row)
+
+
+def _writes_alone(touch: Any, replace: bool) -> Any:
+    """``put_writes`` as one statement, its own transaction (Postgres): the thread
+    touched (``touch``'s parameters) and the writes from arrays ``p_*``, with the
+    ``checkpoint_ns`` and ``checkpoint_id`` parameters. Returns the thread's id; no row
+    (and nothing stored) when the thread belongs to someone else."""
+    touched = touch.cte("touched")
+    text_ = Text()
+    rows = _arrays(
+        "p",
+        task_id=text_,
+        idx=Integer(),
+        task_path=text_,
+        channel=text_,
+        type=text_,
+        blob=LargeBinary(),
+    )
+    ins = postgresql.insert(_writes).from_select(
+        [c.name for c in _writes.columns],
+        select(
+            touched.c.thread_id,
+            bindparam("checkpoint_ns", type_=Text()),
+            bindparam("checkpoint_id", type_=_writes.c.checkpoint_id.type),
+            rows.c.task_id,
+            rows.c.idx,
+            rows.c.task_path,
+            rows.c.channel,
+            rows.c.type,
+            rows.c.blob,
+        ).select_from(touched.join(rows, literal_column("true"))),
+    )
+    keys = list(_writes.primary_key.columns)
+    if replace:
+        ins = ins.on_conflict_do_update(
+            index_elements=keys,
+            set_={c: ins.excluded[c] for c in ("task_path", "channel", "type", "blob")},
+        )
+    else:
+        ins = ins.on_conflict_do_nothing(index_elements=keys)
+    return select(touched.c.thread_id).add_cte(ins.cte("stored"))
