@@ -148,17 +148,11 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
         given; of every thread when ``config`` is ``None``), whose metadata matches
         ``filter``, older than ``before``'s checkpoint, at most ``limit`` of them."""
         args = list_args(config, filter, before, limit)
-        loop = asyncio.get_running_loop()
         shared = SharedItems()
-        if self._bridge.home_for(loop) is loop:
-            storage = await self._bridge.resource()
-            async for stored in storage.list(*args[0], **args[1]):
-                yield await self._aload(stored, shared=shared)
-        else:  # an owned store living on another loop: fetch there, hand over the list
-            for stored in await self._bridge.acall(
-                lambda cs: _collect(cs.list(*args[0], **args[1]))
-            ):
-                yield await self._aload(stored, shared=shared)
+        self._bridge.home_for(asyncio.get_running_loop())
+        storage = await self._bridge.resource()
+        async for stored in storage.list(*args[0], **args[1]):
+            yield await self._aload(stored, shared=shared)
 
     async def aput(
         self,
