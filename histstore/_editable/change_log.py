@@ -19,7 +19,7 @@ from typing import Any
 from .._core import codec as _codec
 from .._errors import ConflictError, HistStoreError, InvalidMessage
 from .changes import Change
-from .entries import Entry
+from .entries import Entry, entry_text, settle
 from .fold import EditableState
 
 __all__ = ["Logged", "encode", "logged", "rebuild", "written"]
@@ -39,18 +39,46 @@ def encode(change: Change, added: int | None = None) -> str:
     """The JSON text of a change's stored record (``kind``, ``author``, ``at`` and
     ``revision`` have columns of their own; the added entries are counted: ``added``
     when the change itself does not hold them)."""
-    record = change.to_record()
-    for key in ("kind", "author", "at", "revision"):
-        record.pop(key, None)
-    record.pop("added", None)
+    # The removed entries are put in as text (their messages' own JSON): a record may
+    # hold a whole conversation, and copying and encoding every message again is what
+    # would cost. The rest is encoded (and checked) as a dict, in the same key order.
+    bare = replace(change, removed=(), added=(), moved=()) if change.touches_entries else change
+    parts = bare.to_record()
+    record: dict[str, Any] = {}
+    if "start" in parts:
+        record["start"] = parts["start"]
+    if change.removed:
+        record["removed"] = _REMOVED
+    if change.moved:
+        record["moved"] = [list(m) for m in change.moved]
+    for key in ("asides", "halt", "turn"):
+        if key in parts:
+            record[key] = parts[key]
     count = len(change.added) if added is None else added
     if count:
         record["added"] = count
-    return _codec.encode(record, what="change record")[0]
+    text = _codec.encode(record, what="change record")[0]
+    if change.removed:
+        entries = "[" + ",".join(entry_text(e) for e in change.removed) + "]"
+        text = text.replace(_REMOVED_TEXT, entries, 1)
+    return text
 
 
-def logged(revision: int, kind: str, author: str | None, at: datetime, text: str) -> Logged:
-    """A record read back from the changes table.
+_REMOVED = "\u0000removed\u0000"
+"""Stands for the removed entries while the rest of a record is encoded."""
+_REMOVED_TEXT = _codec.encode(_REMOVED)[0]
+
+
+def logged(
+    revision: int,
+    kind: str,
+    author: str | None,
+    at: datetime,
+    text: str,
+    pending: dict[int, Any] | None = None,
+) -> Logged:
+    """A record read back from the changes table (with ``pending``, its entries'
+    messages are left undecoded: see ``entries.entry_from_json``).
 
     Raises:
         HistStoreError: the stored record is not one ``encode`` made (a damaged database).
@@ -65,7 +93,7 @@ def logged(revision: int, kind: str, author: str | None, at: datetime, text: str
             raise InvalidMessage("a bad count of added entries")
         if not isinstance(moved, list):
             raise InvalidMessage("a bad list of moved asides")
-        change = Change.from_record({"kind": kind, **record})
+        change = Change.from_record({"kind": kind, **record}, decoded=True, pending=pending)
         change = replace(change, author=author, at=at, revision=revision)
     except (ValueError, TypeError) as exc:  # InvalidMessage is a ValueError
         raise HistStoreError(f"change record {revision} is damaged ({exc})") from None
@@ -77,7 +105,14 @@ def written(revision: int, at: datetime, appended: int) -> Logged:
     return Logged(Change("write", at=at, revision=revision), appended)
 
 
-def rebuild(conversation: str, current: Sequence[Entry], log: Sequence[Logged]) -> list[Change]:
+def rebuild(
+    conversation: str,
+    current: Sequence[Entry],
+    log: Sequence[Logged],
+    *,
+    pending: dict[int, Any] | None = None,
+    upto: int | None = None,
+) -> list[Change]:
     """The whole change records of a conversation whose entries are ``current`` and whose
     log, oldest first from revision 1, is ``log``.
 
@@ -85,21 +120,29 @@ def rebuild(conversation: str, current: Sequence[Entry], log: Sequence[Logged]) 
     records forward then gives each one the parts applying it makes (the halt a write
     cleared, the asides a pop moved) and checks that they build ``current``.
 
+    With ``pending`` (the log was read with it, see ``logged``), only the records up to
+    revision ``upto`` are whole: the entries standing at ``upto`` get their messages
+    (``entries.settle``) and the others keep ``PENDING``. A revert needs no more, and a
+    long history's messages are then decoded once at most, not once per record.
+
     Raises:
         HistStoreError: the log does not build the current entries (a damaged database).
     """
     entries = list(current)
+    if pending is not None and upto == len(log):
+        _settle(conversation, entries, pending)
     added: list[tuple[Entry, ...]] = [()] * len(log)
     for i in range(len(log) - 1, -1, -1):
         rec = log[i]
         change = rec.change
-        if not rec.added and not change.removed:
-            continue
-        start = len(entries) - rec.added if change.start is None else change.start
-        if start < 0 or start + rec.added > len(entries):
-            raise _damaged(conversation)
-        added[i] = tuple(entries[start : start + rec.added])
-        entries[start : start + rec.added] = change.removed
+        if rec.added or change.removed:
+            start = len(entries) - rec.added if change.start is None else change.start
+            if start < 0 or start + rec.added > len(entries):
+                raise _damaged(conversation)
+            added[i] = tuple(entries[start : start + rec.added])
+            entries[start : start + rec.added] = change.removed
+        if pending is not None and upto == i:
+            _settle(conversation, entries, pending)  # the entries at revision ``upto``
     if entries:
         raise _damaged(conversation)
     state = EditableState()
@@ -115,6 +158,13 @@ def rebuild(conversation: str, current: Sequence[Entry], log: Sequence[Logged]) 
     if [e.entry_id for e in state.entries] != [e.entry_id for e in current]:
         raise _damaged(conversation)
     return out
+
+
+def _settle(conversation: str, entries: list[Entry], pending: dict[int, Any]) -> None:
+    try:
+        settle(entries, pending)
+    except InvalidMessage:
+        raise _damaged(conversation) from None
 
 
 def _damaged(conversation: str) -> HistStoreError:

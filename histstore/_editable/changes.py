@@ -179,8 +179,16 @@ class Change:
         return out
 
     @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> Change:
-        """The change ``to_record`` gave (a copy: later changes to ``record`` do not reach it).
+    def from_record(
+        cls,
+        record: Mapping[str, Any],
+        *,
+        decoded: bool = False,
+        pending: dict[int, Any] | None = None,
+    ) -> Change:
+        """The change ``to_record`` gave (a copy: later changes to ``record`` do not reach
+        it, unless ``decoded``: a record ``json.loads`` made and hands over, whose messages
+        are kept rather than copied).
 
         Raises:
             InvalidMessage: ``record`` is not such a dict.
@@ -198,8 +206,12 @@ class Change:
             at=time_from(r.get("at"), what="at"),
             revision=r.get("revision"),
             start=r.get("start"),
-            removed=tuple(entry_from_json(e) for e in _list(r, "removed")),
-            added=tuple(entry_from_json(e) for e in _list(r, "added")),
+            removed=tuple(
+                entry_from_json(e, decoded=decoded, pending=pending) for e in _list(r, "removed")
+            ),
+            added=tuple(
+                entry_from_json(e, decoded=decoded, pending=pending) for e in _list(r, "added")
+            ),
             moved=tuple(_move_from_json(m) for m in _list(r, "moved")),
             asides=tuple(_op_from_json(op) for op in _list(r, "asides")),
             halt=None if halt is None else (halt[0], halt[1]),

@@ -6,6 +6,7 @@ Pure values, no I/O. A ``Change`` is one recorded edit; ``to_record`` and
 
 from __future__ import annotations
 
+import json as _json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -13,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .._core import codec as _codec
-from .._core.models import Message, MessageLike, as_message
+from .._core.models import Message, MessageLike, as_message, decoded_message, stored_message
 from .._errors import InvalidMessage
 
 __all__ = [
@@ -249,17 +250,67 @@ def entry_to_json(entry: Entry) -> dict[str, Any]:
     return out
 
 
-def entry_from_json(record: object) -> Entry:
-    """The entry ``entry_to_json`` wrote."""
+def entry_text(entry: Entry) -> str:
+    """``entry_to_json(entry)`` as JSON text, the message's own text put in as it is
+    (no copy of the message, no second encoding)."""
+    out = f'{{"id":{int(eid_of(entry))},"message":{entry.message.to_json()}'
+    if entry.author is not None:
+        out += ',"author":' + _json.dumps(entry.author, ensure_ascii=False)
+    if entry.created_at is not None:
+        out += f',"created_at":"{entry.created_at.isoformat()}"'
+    return out + "}"
+
+
+def eid_of(entry: Entry) -> int:
+    """The id of an entry that has one."""
+    assert entry.entry_id is not None
+    return entry.entry_id
+
+
+PENDING = stored_message("{}", None, None)
+"""The message of an entry read with ``pending``: not decoded yet (see ``entry_from_json``)."""
+
+
+def entry_from_json(
+    record: object, *, decoded: bool = False, pending: dict[int, Any] | None = None
+) -> Entry:
+    """The entry ``entry_to_json`` wrote. ``decoded``: ``record`` is what ``json.loads``
+    made and hands over (its message is kept, not copied; see
+    ``_core.models.decoded_message``). With ``pending`` (implies ``decoded``), the
+    entry's message is ``PENDING`` and its JSON value is put in ``pending`` under the
+    entry's ``id()``, to be made a message only if it is needed (``settle``)."""
     r = fields(record, ("id", "message", "author", "created_at"), what="an entry record")
     if "id" not in r or "message" not in r:
         raise InvalidMessage("an entry record needs 'id' and 'message'")
+    message = r["message"]
+    if pending is not None and type(message) is dict:
+        entry = Entry.from_store(
+            PENDING,
+            check_count(r["id"], what="entry id", low=1),
+            check_author(r.get("author")),
+            time_from(r.get("created_at"), what="created_at"),
+        )
+        pending[id(entry)] = message
+        return entry
+    if decoded and type(message) is dict:
+        message = decoded_message(message)
     return Entry(
-        r["message"],
+        message,
         entry_id=check_count(r["id"], what="entry id", low=1),
         author=r.get("author"),
         created_at=time_from(r.get("created_at"), what="created_at"),
     )
+
+
+def settle(entries: list[Entry], pending: dict[int, Any]) -> None:
+    """Give the entries read with ``pending`` (see ``entry_from_json``) among ``entries``
+    their messages, in place."""
+    for i, e in enumerate(entries):
+        if e.message is PENDING:
+            data = pending.get(id(e))
+            if data is None:
+                raise InvalidMessage("an entry's message was not read")
+            entries[i] = Entry.from_store(decoded_message(data), eid_of(e), e.author, e.created_at)
 
 
 def aside_state_to_json(state: AsideState | None) -> dict[str, Any] | None:

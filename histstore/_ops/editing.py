@@ -24,7 +24,7 @@ from .._core.search_text import indexed_text
 from .._editable.change_log import Logged, logged, rebuild, written
 from .._editable.changes import Change, first_touched
 from .._editable.conversation import Conversation
-from .._editable.entries import AsideState, Entry, TurnRecord, check_by
+from .._editable.entries import PENDING, AsideState, Entry, TurnRecord, check_by
 from .._editable.fold import EditableState, eid
 from .._errors import ConflictError, HistStoreError, InvalidMessage, NotFound
 from .._storage import rows as _rows
@@ -89,21 +89,28 @@ def stored_entries(ctx: Context, rows: Iterable[Sequence[Any]]) -> list[Entry]:
 
 
 def log(
-    ctx: Context, conversation: str, entries: Sequence[Entry], revision: int
+    ctx: Context,
+    conversation: str,
+    entries: Sequence[Entry],
+    revision: int,
+    upto: int | None = None,
 ) -> Steps[list[Change]]:
     """Program steps: the whole change records of a conversation at ``revision`` whose
-    entries are ``entries`` (see ``_editable.change_log.rebuild``)."""
+    entries are ``entries`` (see ``_editable.change_log.rebuild``); with ``upto``, only
+    the records up to that revision are whole (what a revert to it needs)."""
     sql = ctx.sql.edit
     params = {"c": conversation, "since": 0}
     time = ctx.sql.created_at or _same
+    pending: dict[int, Any] | None = None if upto is None else {}
     records: dict[int, Logged] = {}
     for r in (yield FETCH, sql.log_writes, params):
         records[int(r[0])] = written(int(r[0]), time(r[1]), int(r[2] or 0))
     for r in (yield FETCH, sql.log_changes, params):
-        records[int(r[0])] = logged(int(r[0]), r[1], r[2], time(r[3]), r[4])
+        records[int(r[0])] = logged(int(r[0]), r[1], r[2], time(r[3]), r[4], pending)
     if sorted(records) != list(range(1, revision + 1)):
         raise HistStoreError(f"the change log of conversation {conversation!r} has gaps")
-    return rebuild(conversation, entries, [records[i] for i in range(1, revision + 1)])
+    ordered = [records[i] for i in range(1, revision + 1)]
+    return rebuild(conversation, entries, ordered, pending=pending, upto=upto)
 
 
 def _entry_row(
@@ -131,9 +138,11 @@ def _entry_row(
 @dataclass
 class CommitWrites:
     """What a commit writes besides the change records: the conversation row's new
-    state, the message rows of ``[start, stop)`` (``cut``: the rows deleted first, the
-    range or, when the length changed, everything from ``start``), and the asides and
-    turn records that changed. Made off the database (``commit_writes``)."""
+    state, the message rows of ``[start, stop)`` (``cut``: the rows deleted first:
+    ``"range"`` the same range, ``"tail"`` everything from ``start``, ``"move"`` the
+    stored rows of ``[start, tail)``, after which the rows from ``tail`` on, which did
+    not change, move by ``shift`` positions), and the asides and turn records that
+    changed. Made off the database (``commit_writes``)."""
 
     row: dict[str, Any]
     start: int
@@ -143,6 +152,8 @@ class CommitWrites:
     gone_asides: list[int]
     asides: list[dict[str, Any]]
     turns: list[dict[str, Any]]
+    tail: int = 0
+    shift: int = 0
 
 
 def commit_writes(
@@ -163,14 +174,23 @@ def commit_writes(
     old, new = before.entries, after.entries
     top = min(len(old), len(new))
     p = min(first_touched(changes) or 0, top)
-    while p < top and old[p] == new[p]:
+    while p < top and _equal(old[p], new[p]):
         p += 1
     stop = len(new)
+    tail = 0
     cut: str | None = "tail" if p < len(old) else None
     if len(old) == len(new):
-        while stop > p and old[stop - 1] == new[stop - 1]:
+        while stop > p and _equal(old[stop - 1], new[stop - 1]):
             stop -= 1
         cut = "range" if stop > p else None
+    elif cut is not None:
+        # The length changed: the entries after the edited run stay as they were and
+        # only move (set-based, however many), unless there are none.
+        q, room = 0, top - p
+        while q < room and _equal(old[-1 - q], new[-1 - q]):
+            q += 1
+        if q:
+            cut, stop, tail = "move", len(new) - q, len(old) - q
     limit = ctx.settings.max_message_bytes
     for i in range(p, stop):
         if new[i].message.size > limit:
@@ -206,7 +226,14 @@ def commit_writes(
             for i, t in enumerate(after.turns)
             if i >= len(before.turns) or before.turns[i] != t
         ],
+        tail=tail,
+        shift=len(new) - len(old),
     )
+
+
+def _equal(a: Entry, b: Entry) -> bool:
+    """Whether two entries are equal (the same object, as mostly, at once)."""
+    return a is b or a == b
 
 
 def persist(
@@ -237,7 +264,27 @@ def persist(
         yield EXECUTE, edit.delete_range, {"c": c, "start": work.start, "stop": work.stop}
     elif work.cut == "tail":
         yield EXECUTE, sql.delete_messages_from, {"c": c, "start": work.start}
-    if work.rows:
+    elif work.cut == "move":
+        if work.tail > work.start:
+            yield EXECUTE, edit.delete_range, {"c": c, "start": work.start, "stop": work.tail}
+        for stmt in edit.move_tail:
+            yield EXECUTE, stmt, {"c": c, "start": work.tail, "shift": work.shift}
+    if work.rows and sql.insert_message_arrays is not None and len(work.rows) > 1:
+        # One statement for the whole run of rows (their positions follow each other).
+        rows = work.rows
+        arrays = {
+            "c": c,
+            "first": work.start,
+            "roles": [r["role"] for r in rows],
+            "datas": [r["data"] for r in rows],
+            "tokens": [r["token_count"] for r in rows],
+            "times": [r["created_at"] for r in rows],
+            "texts": [r["search_text"] for r in rows],
+            "entry_ids": [r["entry_id"] for r in rows],
+            "authors": [r["author"] for r in rows],
+        }
+        yield EXECUTE, sql.insert_message_arrays, arrays
+    elif work.rows:
         yield EXECUTE_MANY, sql.insert_messages, work.rows
     for aside_id in work.gone_asides:
         yield EXECUTE, edit.delete_aside, {"c": c, "aside_id": aside_id}
@@ -342,8 +389,11 @@ class Editing:
                 raise not_revision(conversation, revision)
             if revision == current:
                 return Rollback(current)
-            records = yield from log(ctx, conversation, value.edit_state.entries, current)
+            entries = value.edit_state.entries
+            records = yield from log(ctx, conversation, entries, current, upto=revision)
             target = Conversation.fold(records[:revision])
+            if any(e.message is PENDING for e in target.edit_state.entries):
+                raise HistStoreError(f"conversation {conversation!r}: revert lost a message")
             if not value.revert_to(target, by=by):
                 return Rollback(current)
             now = _rows.now()

@@ -9,6 +9,7 @@ from .._core.ids import validate_id
 from .._core.models import stored_message
 from .._core.search_text import Hit, indexed_text, parse_query
 from .._storage.drivers import EXECUTE_MANY, FETCH, Program
+from .._storage.rows import searchable
 from .._storage.statements import dialects as _dialects
 from .context import Context
 
@@ -60,7 +61,7 @@ class TextSearch:
             rows = yield FETCH, sql.reindex_page, params
             updates = []
             for cid, position, data, stored in rows:
-                text = indexed_text(stored_message(data, None, None))
+                text = searchable(indexed_text(stored_message(data, None, None)))
                 if text != stored:
                     updates.append({"c_": cid, "p_": position, "t_": text})
             if updates:

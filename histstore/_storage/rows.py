@@ -16,9 +16,37 @@ from .._core.search_text import indexed_text
 from .._editable.change_log import encode
 from .._editable.changes import Change
 
-__all__ = ["batch_rows", "change_row", "message_row", "now", "record_row"]
+__all__ = [
+    "SEARCH_TEXT_BYTES",
+    "batch_rows",
+    "change_row",
+    "message_row",
+    "now",
+    "record_row",
+    "searchable",
+]
 
 Row = dict[str, Any]
+
+SEARCH_TEXT_BYTES = 262_144
+"""How much of a message's indexed text the full-text index covers: its first 256 KiB
+(UTF-8), on every backend. PostgreSQL refuses a ``tsvector`` whose lexemes and positions
+take over 1 MiB; text made of distinct short words takes about twice its own size there,
+so this leaves room for the worst case. The message itself is stored whole."""
+
+
+def searchable(text: str | None) -> str | None:
+    """``text`` (a message's ``indexed_text``) cut to its first ``SEARCH_TEXT_BYTES``
+    bytes of UTF-8, on a character boundary: what the ``search_text`` column holds."""
+    if text is None or len(text) * 4 <= SEARCH_TEXT_BYTES:
+        return text  # no code point takes more than 4 bytes
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= SEARCH_TEXT_BYTES:
+        return text
+    cut = SEARCH_TEXT_BYTES
+    while raw[cut] & 0xC0 == 0x80:  # a continuation byte: back to where its character starts
+        cut -= 1
+    return raw[:cut].decode("utf-8", "surrogatepass")
 
 
 def now() -> datetime:
@@ -40,8 +68,8 @@ def message_row(
     author: str | None,
 ) -> Row:
     """A row of the messages table: the message ``data`` (its JSON text) at ``position``,
-    with its ``role`` key (``_core.rules.role_key``), its ``indexed_text`` and the id and
-    author of its entry."""
+    with its ``role`` key (``_core.rules.role_key``), its ``indexed_text`` (cut here by
+    ``searchable``) and the id and author of its entry."""
     return {
         "conversation_id": conversation,
         "position": position,
@@ -49,7 +77,7 @@ def message_row(
         "data": data,
         "token_count": token_count,
         "created_at": created_at,
-        "search_text": search_text,
+        "search_text": searchable(search_text),
         "entry_id": entry_id,
         "author": author,
     }

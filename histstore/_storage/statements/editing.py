@@ -157,6 +157,27 @@ class EditStatements:
                 _msg.c.conversation_id == conv_id, _msg.c.position >= start, _msg.c.position < stop
             )
         )
+        # The rows from ``start`` on move by ``shift`` positions, two set-based UPDATEs
+        # whatever their number: first to negative positions, where none collides with a
+        # row that has yet to move (-1 - the new position), then back. Their vectors go
+        # first (a vector belongs to a position; the embedder makes them again). The
+        # full-text index follows by itself: FTS5 rows are keyed by rowid, which an
+        # UPDATE keeps; a tsvector is part of its row.
+        v = s.vectors
+        shift = bindparam("shift", type_=big)
+        self.move_tail = [
+            compile_(delete(v).where(v.c.conversation_id == conv_id, v.c.position >= start)),
+            compile_(
+                update(_msg)
+                .where(_msg.c.conversation_id == conv_id, _msg.c.position >= start)
+                .values(position=-1 - (_msg.c.position + shift))
+            ),
+            compile_(
+                update(_msg)
+                .where(_msg.c.conversation_id == conv_id, _msg.c.position < 0)
+                .values(position=-1 - _msg.c.position)
+            ),
+        ]
         a_ins = _dialects.insert(dialect, a)
         self.put_aside = compile_(
             a_ins.on_conflict_do_update(
