@@ -275,3 +275,55 @@ async def test_metadata_key_digest_upgrade_keeps_every_key(
         assert sorted(
             (c, _codec.key_from_stored(k), json.loads(v)) for c, k, v in stored
         ) == sorted((cid, k, v) for cid, entries in expected.items() for k, v in entries.items())
+
+
+async def test_fts_trigger_upgrade_keeps_search_right_across_moves(
+    engine: AsyncEngine, empty_url: str
+) -> None:
+    """Revision a9c3e5f7b1d2 over stored messages: the index stays equal to the
+    messages when a splice moves them (on SQLite the update trigger fires on
+    ``search_text`` only), and after a downgrade with the older trigger."""
+
+    async def trigger() -> str | None:
+        async with engine.connect() as conn:
+            found = await conn.execute(
+                text("SELECT sql FROM sqlite_master WHERE name = 'histstore_messages_fts_update'")
+            )
+            return found.scalar()
+
+    async def splice_and_search(word: str) -> None:  # on the newest revision
+        async with histstore.connect(empty_url) as store:
+            value = await store.edit("c")
+            value.splice(1, 2, [{"role": "user", "content": f"{word} inserted"}], by="t")
+            await store.commit(value)
+            hits = await store.search("walrus", conversation="c")
+            assert sorted(h.position for h in hits) == [0, *range(2, 11)]
+            assert [h.position for h in await store.search(word, conversation="c")] == [1]
+            if empty_url.startswith("sqlite"):
+                async with store.engine.begin() as conn:  # raises when the index drifted
+                    await conn.execute(
+                        text(
+                            "INSERT INTO histstore_messages_fts(histstore_messages_fts)"
+                            " VALUES ('integrity-check')"
+                        )
+                    )
+
+    await alembic(engine, "upgrade", "a9c3e5f7b1d2")
+    async with histstore.connect(empty_url) as store:
+        await store.write("c", [{"role": "user", "content": f"walrus {i}"} for i in range(12)])
+    await alembic(engine, "downgrade", "f3b8d6a2c915")  # the messages, as that revision holds them
+    await alembic(engine, "upgrade", "a9c3e5f7b1d2")
+    if empty_url.startswith("sqlite"):
+        assert "AFTER UPDATE OF search_text ON" in (await trigger() or "")
+    await splice_and_search("narwhal")
+    await alembic(engine, "downgrade", "f3b8d6a2c915")
+    if empty_url.startswith("sqlite"):
+        assert "AFTER UPDATE ON" in (await trigger() or "")
+        async with engine.begin() as conn:  # the older trigger also keeps the index right
+            await conn.execute(text("UPDATE histstore_messages SET position = position + 100"))
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_messages_fts(histstore_messages_fts)"
+                    " VALUES ('integrity-check')"
+                )
+            )
