@@ -336,6 +336,10 @@ async def test_sql_of_an_older_sqlite_file_says_it_is_for_postgres(tmp_path: Pat
 
 # ---------------------------------------------------------------------------- --lock-timeout
 
+BEHIND_A_LOCK = REVISIONS[REVISIONS.index("e2a7c9d41f06") - 1]
+"""Where the lock tests start: the next revision alters a histstore table on every
+backend, so an upgrade from here waits behind another session's writer lock."""
+
 
 @contextmanager
 def sqlite_writer(path: Path) -> Iterator[sqlite3.Connection]:
@@ -374,16 +378,16 @@ async def pg_writer(url: str) -> AsyncIterator[Any]:
 
 @asynccontextmanager
 async def older_database(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Any:
-    """A database at the revision before head, with data, as a URL."""
+    """A database at ``BEHIND_A_LOCK``, with data, as a URL."""
     if kind == "postgres":
         request.getfixturevalue("pg_url")
         async with empty_pg_database() as url:
-            await upgrade_to(url, REVISIONS[-2])
+            await upgrade_to(url, BEHIND_A_LOCK)
             await seed(url)
             yield url
     else:
         url = f"sqlite:///{tmp_path / 'locked.db'}"
-        await upgrade_to(url, REVISIONS[-2])
+        await upgrade_to(url, BEHIND_A_LOCK)
         await seed(url)
         yield url
 
@@ -424,10 +428,10 @@ async def test_migrate_behind_a_lock_gives_up_saying_nothing_changed(
             assert len(result.err.splitlines()) == 1
             # four waits of 0.5 s and pauses of 3.5 s, and the process's own start
             assert 5.5 <= took < 30
-            assert await revision_of(url) == REVISIONS[-2]
+            assert await revision_of(url) == BEHIND_A_LOCK
         again = await histstore_cli("migrate", "--url", url)
         assert again.code == 0, again.err
-        assert f"from {REVISIONS[-2]} to {HEAD} in " in again.out
+        assert f"from {BEHIND_A_LOCK} to {HEAD} in " in again.out
         assert await revision_of(url) == HEAD
         await assert_data_reads_back(url)
 
@@ -457,7 +461,7 @@ async def test_connect_with_migrate_retries_the_same_way(pg_database: str) -> No
     """``connect(migrate=True)`` upgrades through the same retries (its lock timeout
     set here through the context's upgrade options, as ``admin.migrate`` does)."""
     url = pg_database
-    await upgrade_to(url, REVISIONS[-2])
+    await upgrade_to(url, BEHIND_A_LOCK)
     await seed(url)
     token = _migrations.upgrade_options.set(_migrations.UpgradeOptions(lock_timeout=0.2))
     try:
@@ -466,7 +470,7 @@ async def test_connect_with_migrate_retries_the_same_way(pg_database: str) -> No
                 await histstore.connect(url, migrate=True)
             assert info.value.__cause__ is not None
             assert _migrations.is_lock_failure(info.value.__cause__)
-        assert await revision_of(url) == REVISIONS[-2]
+        assert await revision_of(url) == BEHIND_A_LOCK
         seen: list[tuple[int, int]] = []
         how = _migrations.UpgradeOptions(
             lock_timeout=0.2, progress=lambda d, t: seen.append((d, t))
@@ -476,7 +480,8 @@ async def test_connect_with_migrate_retries_the_same_way(pg_database: str) -> No
         await store.close()
     finally:
         _migrations.upgrade_options.reset(token)
-    assert seen == [(0, 1), (1, 1)]
+    steps = len(REVISIONS) - 1 - REVISIONS.index(BEHIND_A_LOCK)
+    assert seen == [(done, steps) for done in range(steps + 1)]
     assert await revision_of(url) == HEAD
     await assert_data_reads_back(url)
 
