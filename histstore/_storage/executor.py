@@ -27,6 +27,7 @@ from .dberrors import DATABASE_ERRORS, DatabaseFailure, connection_lost, failure
 from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_dialect
 from .engine import SETTINGS_OPTION, SETUP_KEY, SqliteSettings, is_memory_url, sqlite_setup
 from .statements import dialects as _dialects
+from .write_gate import WriteGate
 
 __all__ = ["Executor", "Transaction", "run_to_completion"]
 
@@ -131,13 +132,12 @@ class Executor:
         except RuntimeError:
             self._loop = None
         # SQLite has one write lock per file. Writers of this store queue for it here,
-        # first come first served, instead of sleeping in SQLite's busy handler (which
-        # retries with growing sleeps, so a writer can wait ~100 ms after the lock was
-        # free); other processes meet this store at the lock, which the one-trip
-        # program polls for (``_storage.sqlite_driver._take_write_lock``) up to the busy timeout. An
-        # in-memory database is one connection that the pool already hands out in turn.
+        # first come first served, not in SQLite's busy handler (its growing sleeps can
+        # leave a free lock idle ~100 ms); other processes meet this store at the lock,
+        # which the one-trip program polls for up to the busy timeout. An in-memory
+        # database is one connection that the pool already hands out in turn.
         self._gated = sqlite is not None and not self._in_memory
-        self._gate: asyncio.Lock | None = None
+        self._gate: WriteGate | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -257,16 +257,14 @@ class Executor:
             yield
             return
         if self._gate is None:
-            self._gate = asyncio.Lock()
+            self._gate = WriteGate()
         assert self._sqlite is not None
-        try:
-            await asyncio.wait_for(self._gate.acquire(), self._sqlite.busy_timeout_ms / 1000)
-        except asyncio.TimeoutError:
+        if not await self._gate.take(self._sqlite.busy_timeout_ms / 1000):
             where = f" conversation {conversation!r}" if conversation is not None else ""
             raise DatabaseFailure(
                 f"{action}{where} failed: database is locked (busy timeout: other writers of"
                 " this store held it)"
-            ) from None
+            )
         try:
             yield
         finally:
