@@ -39,13 +39,15 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers import PG_ADMIN_URL, _pg_execute
+from helpers import PG_ADMIN_URL, _pg_execute, empty_pg_database
 from sqlalchemy import event, make_url
-from sqlalchemy.pool import Pool
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool, Pool
 from sqlalchemy.util import await_only
 
 import histstore
 from histstore._storage import schema as _schema
+from histstore._storage.engine import resolve_target
 
 REQUIRE_PG = os.environ.get("HISTSTORE_REQUIRE_POSTGRES", "") not in ("", "0")
 
@@ -373,3 +375,27 @@ def pgbouncer_url(pg_url: str) -> Iterator[str]:
             proc.kill()
             proc.wait()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite-file", "postgres"])
+async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """A new, empty database (no histstore schema) of each shared backend: its URL,
+    without a driver name; migration tests bring it to the revision they start from."""
+    if request.param == "sqlite-file":
+        yield f"sqlite:///{tmp_path / 'migrate.db'}"
+    else:
+        request.getfixturevalue("pg_url")  # skips (or fails, when required) without a server
+        async with empty_pg_database() as url:
+            yield url
+
+
+@pytest.fixture
+async def engine(empty_url: str) -> AsyncIterator[AsyncEngine]:
+    """A plain engine (no pool) on ``empty_url``, for Alembic and raw SQL."""
+    target = resolve_target(empty_url)
+    assert not isinstance(target, AsyncEngine)
+    eng = create_async_engine(target, poolclass=NullPool)
+    try:
+        yield eng
+    finally:
+        await eng.dispose()

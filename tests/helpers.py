@@ -12,12 +12,16 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from alembic import command
 from hypothesis import strategies as st
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import make_url, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 import histstore
 from histstore._storage import schema as _schema
+from histstore._storage.migrations import alembic_config
 
 REPO = Path(__file__).resolve().parent.parent
 PG_ADMIN_URL = os.environ.get("HISTSTORE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -152,3 +156,14 @@ def stable_id(value: object) -> str:
     """A parameter's test id: its ``repr`` without memory addresses, so that every
     process (each pytest-xdist worker) names the same test alike."""
     return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(value))
+
+
+async def alembic(engine: AsyncEngine, action: str, *args: str) -> None:
+    """``alembic <action> <args>`` (``upgrade``, ``downgrade``, ``check``...) on one
+    connection of ``engine``, committed."""
+
+    def run(conn: Connection) -> None:
+        getattr(command, action)(alembic_config(conn), *args)
+
+    async with engine.begin() as conn:
+        await conn.run_sync(run)

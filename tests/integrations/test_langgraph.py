@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
-from alembic import command
-from helpers import empty_pg_database
+from helpers import alembic
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -38,13 +37,11 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, interrupt
 from sqlalchemy import insert, inspect, text
-from sqlalchemy.engine import Connection
 
 import histstore
 from histstore import ConflictError, HistStoreError, InvalidId, InvalidMessage, NotFound
 from histstore._core import codec as _codec
 from histstore._storage import schema as _schema
-from histstore._storage.migrations import alembic_config
 from histstore.checkpoints import CheckpointStore
 from histstore.integrations.langgraph import HiststoreSaver
 
@@ -622,24 +619,6 @@ async def test_sqlite_writes_use_the_stores_settings_and_begin_immediate(tmp_pat
         await put(saver, new_thread())
 
 
-@pytest.fixture(params=["sqlite-file", "postgres"])
-async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite-file":
-        yield f"sqlite:///{tmp_path / 'migrate.db'}"
-    else:
-        request.getfixturevalue("pg_url")  # skips (or fails) without a server
-        async with empty_pg_database() as url:
-            yield url
-
-
-async def _alembic(store: histstore.Store, action: str, *args: str) -> None:
-    def run(conn: Connection) -> None:
-        getattr(command, action)(alembic_config(conn), *args)
-
-    async with store.engine.begin() as conn:
-        await conn.run_sync(run)
-
-
 async def _tables(store: histstore.Store) -> set[str]:
     async with store.engine.connect() as conn:
         names = await conn.run_sync(lambda c: inspect(c).get_table_names())
@@ -648,7 +627,7 @@ async def _tables(store: histstore.Store) -> set[str]:
 
 async def test_migration_upgrades_and_downgrades_a_database_holding_data(empty_url):
     async with histstore.connect(empty_url, migrate=False) as store:
-        await _alembic(store, "upgrade", "3066f0ac1a5e")
+        await alembic(store.engine, "upgrade", "3066f0ac1a5e")
         assert not (await _tables(store)) & CHECKPOINT_TABLES
         # Written as that revision's schema holds it (today's write path needs today's).
         now = datetime.now(timezone.utc)
@@ -675,23 +654,23 @@ async def test_migration_upgrades_and_downgrades_a_database_holding_data(empty_u
                 {"digest": _codec.canonical_digest(1)},
             )
 
-        await _alembic(store, "upgrade", "head")
+        await alembic(store.engine, "upgrade", "head")
         assert await _tables(store) >= CHECKPOINT_TABLES
-        await _alembic(store, "check")
+        await alembic(store.engine, "check")
         assert [m.content for m in await store.read("conv")] == ["kept"]
         saver = HiststoreSaver(store)
         thread = new_thread()
         stored = await put(saver, thread, values={"v": {"x": 1}})
         await saver.aput_writes(stored, [("ch", 1)], "task")
 
-        await _alembic(store, "downgrade", "3066f0ac1a5e")
+        await alembic(store.engine, "downgrade", "3066f0ac1a5e")
         assert not (await _tables(store)) & CHECKPOINT_TABLES
         async with store.engine.connect() as conn:  # that revision's schema, read as such
             rows = (await conn.execute(text("SELECT data FROM histstore_messages"))).all()
         assert [json.loads(r[0])["content"] for r in rows] == ["kept"]
         assert await store.metadata("conv") == {"k": 1}
 
-        await _alembic(store, "upgrade", "head")
+        await alembic(store.engine, "upgrade", "head")
         assert await HiststoreSaver(store).aget_tuple(thread_config(thread)) is None
     async with histstore.connect(empty_url) as store:  # current: opens without migrating
         assert await store.count("conv") == 1

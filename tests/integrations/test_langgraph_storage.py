@@ -5,24 +5,20 @@ every thread operation keeping what a stored value needs."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from alembic import command
-from helpers import empty_pg_database
+from helpers import alembic
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.graph import START, MessagesState, StateGraph
 from sqlalchemy import func, insert, select, text
-from sqlalchemy.engine import Connection
 
 import histstore
 from histstore import SchemaError
 from histstore._storage import schema as _schema
-from histstore._storage.migrations import alembic_config
 from histstore.integrations._langgraph_values import SNAPSHOT_EVERY
 from histstore.integrations.langgraph import HiststoreSaver
 
@@ -272,24 +268,6 @@ def _sqlite_rows(path: Path) -> list[str | None]:
 # ---------------------------------------------------------------- the migration
 
 
-@pytest.fixture(params=["sqlite-file", "postgres"])
-async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite-file":
-        yield f"sqlite:///{tmp_path / 'migrate.db'}"
-    else:
-        request.getfixturevalue("pg_url")  # skips (or fails) without a server
-        async with empty_pg_database() as url:
-            yield url
-
-
-async def _alembic(store: histstore.Store, action: str, *args: str) -> None:
-    def run(conn: Connection) -> None:
-        getattr(command, action)(alembic_config(conn), *args)
-
-    async with store.engine.begin() as conn:
-        await conn.run_sync(run)
-
-
 BEFORE = "d5f7a3c1e9b2"
 
 
@@ -297,7 +275,7 @@ async def test_the_upgrade_keeps_stored_checkpoints_and_the_downgrade_refuses_de
     empty_url,
 ):
     async with histstore.connect(empty_url, migrate=False) as store:
-        await _alembic(store, "upgrade", BEFORE)
+        await alembic(store.engine, "upgrade", BEFORE)
         # A thread as the previous revision stored it: whole values, no ``base``.
         saver = HiststoreSaver(store)
         old = Chat(saver)
@@ -342,8 +320,8 @@ async def test_the_upgrade_keeps_stored_checkpoints_and_the_downgrade_refuses_de
                 {**key, "id": cp["id"], "version": version},
             )
 
-        await _alembic(store, "upgrade", "head")
-        await _alembic(store, "check")
+        await alembic(store.engine, "upgrade", "head")
+        await alembic(store.engine, "check")
         saver = HiststoreSaver(store)
         old.saver = saver
         got = await saver.aget_tuple(old.config())
@@ -361,12 +339,12 @@ async def test_the_upgrade_keeps_stored_checkpoints_and_the_downgrade_refuses_de
         await old.assert_every_checkpoint_reads_whole()
 
         with pytest.raises(SchemaError, match="stored as extensions"):
-            await _alembic(store, "downgrade", BEFORE)
+            await alembic(store.engine, "downgrade", BEFORE)
         assert len(await blob_rows(store, old.thread)) == 3  # left as it was
         await saver.adelete_thread(old.thread)
-        await _alembic(store, "downgrade", BEFORE)
-        await _alembic(store, "upgrade", "head")
-        await _alembic(store, "check")
+        await alembic(store.engine, "downgrade", BEFORE)
+        await alembic(store.engine, "upgrade", "head")
+        await alembic(store.engine, "check")
 
 
 async def test_listed_checkpoints_hold_items_of_their_own(store):

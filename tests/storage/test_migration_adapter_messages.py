@@ -6,16 +6,12 @@ through SQL and through the public API and the adapters."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
-import pytest
-from alembic import command
 from google.adk.events import Event, EventActions
 from google.genai import types
-from helpers import empty_pg_database
+from helpers import alembic
 from langchain_core.messages import AIMessage
 from pydantic_ai.messages import (
     ModelMessagesTypeAdapter,
@@ -28,15 +24,12 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from sqlalchemy import insert, select
-from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 import histstore
 from histstore._core import codec
 from histstore._storage import schema as _schema
-from histstore._storage.engine import resolve_target
-from histstore._storage.migrations import alembic_config, revisions
+from histstore._storage.migrations import revisions
 from histstore.integrations.langchain import to_stored
 from histstore.integrations.pydantic_ai import HiststoreMessageHistory
 
@@ -44,35 +37,6 @@ REVISION = "f3b8d6a2c915"
 PREVIOUS = revisions()[revisions().index(REVISION) - 1]
 BULK = 2100  # envelopes in one conversation: more than one batch of the upgrade's (2000)
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
-
-
-@pytest.fixture(params=["sqlite-file", "postgres"])
-async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite-file":
-        yield f"sqlite:///{tmp_path / 'migrate.db'}"
-    else:
-        request.getfixturevalue("pg_url")  # skips when there is no server
-        async with empty_pg_database() as url:
-            yield url
-
-
-@pytest.fixture
-async def engine(empty_url: str) -> AsyncIterator[AsyncEngine]:
-    url = resolve_target(empty_url)
-    assert not isinstance(url, AsyncEngine)
-    eng = create_async_engine(url, poolclass=NullPool)
-    try:
-        yield eng
-    finally:
-        await eng.dispose()
-
-
-async def alembic(engine: AsyncEngine, action: str, *args: str) -> None:
-    def run(conn: Connection) -> None:
-        getattr(command, action)(alembic_config(conn), *args)
-
-    async with engine.begin() as conn:
-        await conn.run_sync(run)
 
 
 def adk_events() -> list[dict[str, Any]]:

@@ -9,15 +9,11 @@ read through the public API.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
-import pytest
-from alembic import command
-from helpers import empty_pg_database
+from helpers import alembic
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -33,14 +29,11 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 import histstore
 from histstore import Summary
 from histstore._core import codec as _codec
-from histstore._storage.engine import resolve_target
-from histstore._storage.migrations import alembic_config
 from histstore._storage.schema import UTCDateTime
 
 PREVIOUS = "0313065f7133"
@@ -298,7 +291,7 @@ LISTS: dict[tuple[str, str], list[Any]] = {("saved", "notes"): [{"a": 1}, b"\x00
 
 async def _seed(engine: AsyncEngine) -> list[Conv]:
     """A database at 0313065f7133 holding the conversations of ``_conversations``."""
-    await migrate(engine, "upgrade", PREVIOUS)
+    await alembic(engine, "upgrade", PREVIOUS)
     convs = _conversations()
     messages, writes = [], []
     for conv in convs:
@@ -399,38 +392,6 @@ async def _seed(engine: AsyncEngine) -> list[Conv]:
 # ---------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture(params=["sqlite-file", "postgres"])
-async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    """A new, empty database of each shared backend (its URL, no driver name)."""
-    if request.param == "postgres":
-        request.getfixturevalue("pg_url")  # skipped (or failed, when required) without one
-        async with empty_pg_database() as url:
-            yield url
-    else:
-        yield f"sqlite:///{tmp_path / 'editable.db'}"
-
-
-@pytest.fixture
-async def engine(empty_url: str) -> AsyncIterator[AsyncEngine]:
-    target = resolve_target(empty_url)
-    assert not isinstance(target, AsyncEngine)
-    eng = create_async_engine(target, poolclass=NullPool)
-    try:
-        yield eng
-    finally:
-        await eng.dispose()
-
-
-async def migrate(engine: AsyncEngine, action: str, *args: str) -> None:
-    """``alembic <action> <args>`` on one connection of ``engine``, committed."""
-
-    def run(conn: Connection) -> None:
-        getattr(command, action)(alembic_config(conn), *args)
-
-    async with engine.begin() as conn:
-        await conn.run_sync(run)
-
-
 # ---------------------------------------------------------------------- checks
 
 
@@ -498,7 +459,7 @@ async def _check_head(
 ) -> None:
     """The database is at this revision: what it held is unchanged, and the new columns
     and records are what the upgrade makes of it."""
-    await migrate(engine, "check")  # no drift from histstore's metadata
+    await alembic(engine, "check")  # no drift from histstore's metadata
     by_id = {c.id: c for c in convs}
     async with engine.connect() as conn:
         assert await _old_rows(conn) == before
@@ -575,11 +536,11 @@ async def test_upgrade_numbers_the_stored_history(engine: AsyncEngine) -> None:
         before = await _old_rows(conn)
     assert len(before["histstore_messages"]) == 2500 + 6 + 4 + 3 + 3 + BULK + BULK // 3
 
-    await migrate(engine, "upgrade", HEAD)
+    await alembic(engine, "upgrade", HEAD)
     await _check_head(engine, convs, before)
-    await migrate(engine, "downgrade", PREVIOUS)
+    await alembic(engine, "downgrade", PREVIOUS)
     await _check_previous(engine, convs, before)
-    await migrate(engine, "upgrade", HEAD)
+    await alembic(engine, "upgrade", HEAD)
     await _check_head(engine, convs, before)
 
 
@@ -592,7 +553,7 @@ def _sample(convs: list[Conv]) -> list[Conv]:
 
 async def test_upgraded_store_reads_what_was_stored(engine: AsyncEngine, empty_url: str) -> None:
     convs = await _seed(engine)
-    await migrate(engine, "upgrade", HEAD)
+    await alembic(engine, "upgrade", HEAD)
     async with histstore.connect(empty_url) as store:
         for conv in _sample(convs):
             read = await store.read(conv.id)
@@ -611,7 +572,7 @@ async def test_upgraded_history_is_editable(engine: AsyncEngine, empty_url: str)
     """The editable-history API over the upgraded data: each entry's id is its position
     + 1, nobody authored it, and the change log folds to the stored value."""
     convs = await _seed(engine)
-    await migrate(engine, "upgrade", HEAD)
+    await alembic(engine, "upgrade", HEAD)
     async with histstore.connect(empty_url) as store:
         for conv in _sample(convs):
             edited = await store.edit(conv.id)

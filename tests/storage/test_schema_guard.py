@@ -11,25 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from alembic import command
-from helpers import PYTHON, empty_pg_database, subprocess_env
+from helpers import PYTHON, alembic, subprocess_env
 from sqlalchemy import Table, column, delete, insert, select, table, text, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 import histstore
 from histstore._storage import schema as _schema
-from histstore._storage.engine import resolve_target
-from histstore._storage.migrations import alembic_config
 
 NEWER = "schema is newer than this version of histstore"
 BEFORE_GUARD = "c4e8a1f2d9b7"  # editable history, the revision before the guard
@@ -183,35 +178,6 @@ async def test_an_older_process_cannot_write_into_the_newer_schema(
 # ---------------------------------------------------------------------------- repair
 
 
-@pytest.fixture(params=["sqlite-file", "postgres"])
-async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
-    if request.param == "sqlite-file":
-        yield f"sqlite:///{tmp_path / 'guard.db'}"
-    else:
-        request.getfixturevalue("pg_url")  # skips when there is no server
-        async with empty_pg_database() as url:
-            yield url
-
-
-@pytest.fixture
-async def engine(empty_url: str) -> AsyncIterator[AsyncEngine]:
-    url = resolve_target(empty_url)
-    assert not isinstance(url, AsyncEngine)
-    eng = create_async_engine(url, poolclass=NullPool)
-    try:
-        yield eng
-    finally:
-        await eng.dispose()
-
-
-async def _alembic(engine: AsyncEngine, action: str, *args: str) -> None:
-    def run(conn: Connection) -> None:
-        getattr(command, action)(alembic_config(conn), *args)
-
-    async with engine.begin() as conn:
-        await conn.run_sync(run)
-
-
 async def _cli(*args: str) -> str:
     proc = await asyncio.create_subprocess_exec(
         PYTHON,
@@ -235,7 +201,7 @@ async def test_upgrade_repairs_what_an_older_process_stored(
     the column's default) and a clear that left change records behind. The upgrade
     numbers those messages, gives their conversations a log that builds them, drops
     the orphans; every path works on them; downgrading removes the guard."""
-    await _alembic(engine, "upgrade", BEFORE_GUARD)
+    await alembic(engine, "upgrade", BEFORE_GUARD)
     async with histstore.connect(empty_url, migrate=False) as store:
         await store.write("c", [{"role": "user", "content": f"n{i}"} for i in range(3)])
         await store.pop("c")
@@ -253,7 +219,7 @@ async def test_upgrade_repairs_what_an_older_process_stored(
         with pytest.raises(histstore.HistStoreError):
             await store.changes("c")  # what the older process left breaks the log
 
-    await _alembic(engine, "upgrade", "head")
+    await alembic(engine, "upgrade", "head")
     c_texts = ["n0", "n1", "o1", "o2", "o3"]
     async with histstore.connect(empty_url) as store:
         for cid, texts in {"c": c_texts, "o": ["p1", "p2"]}.items():
@@ -286,10 +252,10 @@ async def test_upgrade_repairs_what_an_older_process_stored(
 
     # Downgrading removes the guard: an older process's INSERT goes in again, and the
     # next upgrade repairs it as before.
-    await _alembic(engine, "downgrade", BEFORE_GUARD)
+    await alembic(engine, "downgrade", BEFORE_GUARD)
     async with engine.begin() as conn:
         await _old_append(conn, "o", ["p3"], entry_id=zero)
-    await _alembic(engine, "upgrade", "head")
+    await alembic(engine, "upgrade", "head")
     async with histstore.connect(empty_url) as store:
         await _numbered(store, "o", ["p1", "p2", "p3"])
         assert await store.changes("c") == log
