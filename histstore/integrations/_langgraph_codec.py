@@ -40,11 +40,9 @@ __all__ = [
     "locate",
     "needs_thread",
     "put_is_heavy",
-    "uses_delta",
 ]
 
 _SCALARS = (str, int, float, bool)
-DELTA_KEY = "counters_since_delta_snapshot"
 
 
 def thread_id_of(config: Mapping[str, Any]) -> str:
@@ -307,6 +305,3 @@ class PutWrites:
             self.thread_id, self.ns, self.checkpoint_id, self.rows, replace=self.replace
         )
 
-
-def uses_delta(metadata: str) -> bool:
-    return DELTA_KEY in metadata and DELTA_KEY in json.loads(metadata)
