@@ -304,4 +304,3 @@ class PutWrites:
         return storage.put_writes(
             self.thread_id, self.ns, self.checkpoint_id, self.rows, replace=self.replace
         )
-
