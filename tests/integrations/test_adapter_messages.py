@@ -4,22 +4,18 @@ windows work on it, while the framework still reads back exactly what it stored.
 
 from __future__ import annotations
 
-import copy
 import json
 import uuid
-from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
+from adk_models import ScriptedModel, model_text
 from cli_runner import ok
 from google.adk.agents import LlmAgent
-from google.adk.models.base_llm import BaseLlm
-from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import Runner
 from google.genai import types
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
-from pydantic import Field
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     ModelMessage,
@@ -45,24 +41,6 @@ APP, USER = "app", "u"
 
 
 # ---------------------------------------------------------------- ADK
-
-
-class ScriptedModel(BaseLlm):
-    """A model answering from a script, recording the contents of every request."""
-
-    model: str = "scripted"
-    script: list[LlmResponse] = Field(default_factory=list)
-    seen: list[list[types.Content]] = Field(default_factory=list)
-
-    async def generate_content_async(
-        self, llm_request: LlmRequest, stream: bool = False
-    ) -> AsyncGenerator[LlmResponse, None]:
-        self.seen.append(copy.deepcopy(llm_request.contents))
-        yield self.script.pop(0)
-
-
-def model_text(text: str) -> LlmResponse:
-    return LlmResponse(content=types.Content(role="model", parts=[types.Part(text=text)]))
 
 
 def model_call(call_id: str, city: str) -> LlmResponse:

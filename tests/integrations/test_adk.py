@@ -9,17 +9,16 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from adk_models import ScriptedModel, model_text
 from google.adk.agents import LlmAgent
 from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events import Event, EventActions
-from google.adk.models.base_llm import BaseLlm
-from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.platform import time as adk_time
 from google.adk.runners import Runner
@@ -33,7 +32,6 @@ from google.adk.sessions.base_session_service import GetSessionConfig
 from google.adk.tools.tool_context import ToolContext
 from google.genai import types
 from helpers import REPO
-from pydantic import Field
 
 import histstore
 from histstore import HistStoreError, InvalidMessage
@@ -450,24 +448,6 @@ async def test_recent_events_read_only_what_they_return(store, clock, monkeypatc
         assert len(got.events) == expected
         assert sum(seen) <= most, config
     assert session.events == []
-
-
-class ScriptedModel(BaseLlm):
-    """A model answering from a script, recording the contents of every request."""
-
-    model: str = "scripted"
-    script: list[LlmResponse] = Field(default_factory=list)
-    seen: list[list[types.Content]] = Field(default_factory=list)
-
-    async def generate_content_async(
-        self, llm_request: LlmRequest, stream: bool = False
-    ) -> AsyncGenerator[LlmResponse, None]:
-        self.seen.append(copy.deepcopy(llm_request.contents))
-        yield self.script.pop(0)
-
-
-def model_text(text: str) -> LlmResponse:
-    return LlmResponse(content=types.Content(role="model", parts=[types.Part(text=text)]))
 
 
 def model_call(name: str, call_id: str, **args: Any) -> LlmResponse:

@@ -3,48 +3,27 @@ load_memory tool, on every backend."""
 
 from __future__ import annotations
 
-import copy
 import re
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from adk_models import ScriptedModel, model_text
 from google.adk.agents import LlmAgent
 from google.adk.events import Event
 from google.adk.memory import InMemoryMemoryService
 from google.adk.memory.memory_entry import MemoryEntry
-from google.adk.models.base_llm import BaseLlm
-from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService, Session
 from google.adk.tools import load_memory
 from google.genai import types
-from pydantic import Field
 
 import histstore
 from histstore.integrations.adk import HiststoreMemoryService, HiststoreSessionService
 
 APP, USER = "diary-app", "ada"
 T0 = 1_800_000_000.0
-
-
-class ScriptedModel(BaseLlm):
-    """A model answering from a script, recording the contents of every request."""
-
-    model: str = "scripted"
-    script: list[LlmResponse] = Field(default_factory=list)
-    seen: list[list[types.Content]] = Field(default_factory=list)
-
-    async def generate_content_async(
-        self, llm_request: LlmRequest, stream: bool = False
-    ) -> AsyncGenerator[LlmResponse, None]:
-        self.seen.append(copy.deepcopy(llm_request.contents))
-        yield self.script.pop(0)
-
-
-def says(text: str) -> LlmResponse:
-    return LlmResponse(content=types.Content(role="model", parts=[types.Part(text=text)]))
 
 
 def calls_load_memory(query: str) -> LlmResponse:
@@ -102,14 +81,14 @@ async def test_load_memory_tool_recalls_an_earlier_session(store, sessions_kind)
     runner = Runner(agent=agent, app_name=APP, session_service=sessions, memory_service=memory)
 
     first = await sessions.create_session(app_name=APP, user_id=USER)
-    model.script.append(says("Noted: your cat is called Miso."))
+    model.script.append(model_text("Noted: your cat is called Miso."))
     await run_turn(runner, first.id, "Remember that my cat is called Miso.")
     done = await sessions.get_session(app_name=APP, user_id=USER, session_id=first.id)
     assert done is not None
     await memory.add_session_to_memory(done)
 
     second = await sessions.create_session(app_name=APP, user_id=USER)
-    model.script += [calls_load_memory("what is my cat called"), says("Miso.")]
+    model.script += [calls_load_memory("what is my cat called"), model_text("Miso.")]
     await run_turn(runner, second.id, "What is my cat called?")
 
     # The model's last request holds load_memory's answer: the earlier turn, both sides.
