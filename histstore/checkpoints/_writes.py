@@ -101,23 +101,23 @@ class CheckpointWrites(CheckpointScope):
             for channel, version in blobs.items()
         ]
         sql = self._sql
-        if sql.put_rows is not None:
-            together = sql.put_rows
+        action = f"saving a checkpoint of thread {thread_id!r}"
+        if sql.put_alone is not None:
+            params = {**row, "owner": self._owner, "now": now}
+            params.update(_arrays("d", deltas))
+            params.update(_arrays("w", whole))
+            params.update(_arrays("c", channel_rows))
+            alone = sql.put_alone
 
-            def together_program() -> Generator[Step, Any, bool | Rollback[bool]]:
-                yield from self._touch(thread_id, now)
-                params = {**row, **_arrays("d", deltas), **_arrays("w", whole)}
-                params.update(_arrays("c", channel_rows))
-                stored = yield FETCH, together, params
-                if stored[0][0] < len(deltas):  # a base is gone, or a version was stored
-                    for delta in deltas:
-                        if not (yield FETCH, sql.blob_stored, delta):
-                            return Rollback(False)
-                return True
+            def one() -> Generator[Step, Any, bool]:
+                touched, stored = (yield FETCH, alone, params)[0]
+                if not touched:
+                    raise NotFound(f"thread {thread_id!r} not found")
+                # Not stored: a value's base is gone (the thread was deleted or pruned
+                # meanwhile); only the thread's row was touched.
+                return bool(stored)
 
-            return await self._executor.write(
-                together_program(), action=f"saving a checkpoint of thread {thread_id!r}"
-            )
+            return await self._executor.write(one(), action=action, single=True)
 
         def program() -> Generator[Step, Any, bool | Rollback[bool]]:
             yield from self._touch(thread_id, now)
@@ -134,9 +134,7 @@ class CheckpointWrites(CheckpointScope):
             yield EXECUTE, sql.store_checkpoint, row
             return True
 
-        return await self._executor.write(
-            program(), action=f"saving a checkpoint of thread {thread_id!r}"
-        )
+        return await self._executor.write(program(), action=action)
 
     async def put_writes(
         self,

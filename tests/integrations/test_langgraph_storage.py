@@ -4,6 +4,7 @@ every thread operation keeping what a stored value needs."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import datetime, timezone
 from pathlib import Path
@@ -14,7 +15,7 @@ from helpers import alembic
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.graph import START, MessagesState, StateGraph
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import delete, func, insert, select, text, update
 
 import histstore
 from histstore import SchemaError
@@ -177,6 +178,32 @@ async def test_a_value_whose_base_was_deleted_meanwhile_is_stored_whole(store):
     await chat.grow(2)
     assert [base is None for _, base, _ in await blob_rows(store, chat.thread)] == [True, False]
     await chat.assert_every_checkpoint_reads_whole()
+
+
+async def test_a_put_waiting_for_the_thread_sees_the_delete_it_waited_for(shared_backend):
+    """A put that waits while another transaction holds the thread and deletes its
+    values stores the new value whole once that transaction commits."""
+    async with shared_backend.connect() as store, shared_backend.connect() as other:
+        chat = Chat(HiststoreSaver(store))
+        await chat.grow(3)
+        threads = _schema.checkpoint_threads
+        async with other.engine.begin() as conn:
+            # The thread's row first (its lock), then everything it holds.
+            await conn.execute(
+                update(threads)
+                .where(threads.c.thread_id == chat.thread)
+                .values(updated_at=datetime.now(timezone.utc))
+            )
+            for table in (_schema.checkpoint_channels, _schema.checkpoints, BLOBS):
+                await conn.execute(delete(table).where(table.c.thread_id == chat.thread))
+            waiting = asyncio.create_task(chat.grow(1))
+            await asyncio.sleep(0.3)
+            assert not waiting.done()
+        await waiting
+        assert [base is None for _, base, _ in await blob_rows(store, chat.thread)] == [True]
+        got = await chat.saver.aget_tuple(chat.config())
+        assert got is not None
+        assert got.checkpoint["channel_values"]["messages"] == chat.values
 
 
 async def test_deleting_runs_pruning_and_copying_keep_what_values_extend(store):

@@ -161,13 +161,12 @@ class CheckpointStatements:
                 .where(_threads.c.thread_id == thread, _threads.c.updated_at < stale)
                 .values(updated_at=now)
             )
-        # Where the database can (Postgres), a write in fewer round trips: the rows of a
-        # ``put`` after its thread is locked, in one statement (see ``_put_rows``), and
-        # a ``put_writes`` as one statement that is its own transaction.
-        self.put_rows: CompiledStatement | None = None
+        # Where the database can (Postgres), each write is one statement that is its own
+        # transaction (one round trip): ``put`` (see ``_put_alone``) and ``put_writes``.
+        self.put_alone: CompiledStatement | None = None
         self.writes_alone: dict[bool, CompiledStatement] = {}
         if not is_sqlite(dialect):
-            self.put_rows = compile_(_put_rows())
+            self.put_alone = compile_(_put_alone(self.touch_thread))
             self.writes_alone = {
                 replace: compile_(_writes_alone(self.touch_thread, replace))
                 for replace in (True, False)
@@ -198,44 +197,56 @@ def _arrays(prefix: str, **columns: TypeEngine[Any]) -> Any:
     )
 
 
-def _put_rows() -> Any:
-    """A ``put``'s rows in one statement, run after the thread is locked (Postgres).
+def _put_alone(touch: Any) -> Any:
+    """A ``put`` as one statement, its own transaction (Postgres).
 
-    Stores the values that extend another version (arrays ``d_*``, each only while its
-    ``base`` is stored), the whole values (``w_*``), the versions the checkpoint reads
-    (``c_*``) and the checkpoint row (its columns as parameters). Returns how many of
-    the ``d_*`` values it stored.
+    The thread is touched first (``touch``'s parameters), which takes its row lock; then
+    every value that extends another version (arrays ``d_*``) is checked against what is
+    stored *now*: its ``base`` (or its own version) is locked ``FOR KEY SHARE``, so a
+    value deleted by a transaction that held the thread until a moment ago counts as
+    gone (the statement's snapshot may predate that commit) and stays until this commit.
+    Only when every such value can be stored are the rows written: the values
+    (``d_*``, and the whole values ``w_*``), the versions the checkpoint reads (``c_*``)
+    and the checkpoint row (its columns as parameters). Returns one row: whether the
+    thread was touched (no: another owner's), and whether the rows were stored.
     """
-    thread = bindparam("thread_id", type_=_blobs.c.thread_id.type)
+    touched = touch.cte("touched")
+    thread = touched.c.thread_id
     ns = bindparam("checkpoint_ns", type_=Text())
     text_ = Text()
     blob_cols = [c.name for c in _blobs.columns]
     blob_key = list(_blobs.primary_key.columns)
     extra = _arrays("d", channel=text_, version=text_, type=text_, blob=LargeBinary(), base=text_)
     other = _blobs.alias("stored")
+    held = (
+        select(other.c.version)
+        .where(
+            other.c.thread_id == thread,
+            other.c.checkpoint_ns == ns,
+            other.c.channel == extra.c.channel,
+            other.c.version.in_([extra.c.base, extra.c.version]),
+        )
+        .correlate(touched, extra)
+        .with_for_update(read=True, key_share=True, of=other)
+    )
+    unstorable = select(extra.c.channel).where(~held.exists())
+    ok = select(thread).where(~unstorable.exists()).cte("ok")
+    # Every insert reads ``ok``: nothing is written before the check, or after it fails.
     extended = (
         postgresql.insert(_blobs)
         .from_select(
             blob_cols,
             select(
-                thread,
+                ok.c.thread_id,
                 ns,
                 extra.c.channel,
                 extra.c.version,
                 extra.c.type,
                 extra.c.blob,
                 extra.c.base,
-            ).where(
-                exists().where(
-                    other.c.thread_id == thread,
-                    other.c.checkpoint_ns == ns,
-                    other.c.channel == extra.c.channel,
-                    other.c.version == extra.c.base,
-                )
-            ),
+            ).select_from(ok.join(extra, literal_column("true"))),
         )
         .on_conflict_do_nothing(index_elements=blob_key)
-        .returning(_blobs.c.version)
         .cte("extended")
     )
     full = _arrays("w", channel=text_, version=text_, type=text_, blob=LargeBinary())
@@ -244,14 +255,14 @@ def _put_rows() -> Any:
         .from_select(
             blob_cols,
             select(
-                thread,
+                ok.c.thread_id,
                 ns,
                 full.c.channel,
                 full.c.version,
                 full.c.type,
                 full.c.blob,
                 cast(null(), Text),
-            ),
+            ).select_from(ok.join(full, literal_column("true"))),
         )
         .on_conflict_do_nothing(index_elements=blob_key)
         .cte("whole")
@@ -260,21 +271,29 @@ def _put_rows() -> Any:
     read = _arrays("c", channel=text_, version=text_)
     new_chans = postgresql.insert(_chans).from_select(
         [c.name for c in _chans.columns],
-        select(thread, ns, checkpoint_id, read.c.channel, read.c.version),
+        select(ok.c.thread_id, ns, checkpoint_id, read.c.channel, read.c.version).select_from(
+            ok.join(read, literal_column("true"))
+        ),
     )
     chans = new_chans.on_conflict_do_update(
         index_elements=list(_chans.primary_key.columns),
         set_={"version": new_chans.excluded["version"]},
     ).cte("chans")
-    new_row = postgresql.insert(_cp).values(
-        {c.name: bindparam(c.name, type_=c.type) for c in _cp.columns}
+    own = [c for c in _cp.columns if c.name not in ("thread_id", "checkpoint_ns")]
+    new_row = postgresql.insert(_cp).from_select(
+        [c.name for c in _cp.columns],
+        select(ok.c.thread_id, ns, *(bindparam(c.name, type_=c.type) for c in own)),
     )
     replaced = ("parent_checkpoint_id", "run_id", "type", "checkpoint", "metadata")
     row = new_row.on_conflict_do_update(
         index_elements=list(_cp.primary_key.columns),
         set_={name: new_row.excluded[name] for name in replaced},
     ).cte("row")
-    return select(func.count()).select_from(extended).add_cte(whole).add_cte(chans).add_cte(row)
+    counted = [
+        select(func.count()).select_from(touched).scalar_subquery(),
+        select(func.count()).select_from(ok).scalar_subquery(),
+    ]
+    return select(*counted).add_cte(extended).add_cte(whole).add_cte(chans).add_cte(row)
 
 
 def _writes_alone(touch: Any, replace: bool) -> Any:
