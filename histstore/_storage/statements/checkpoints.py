@@ -184,11 +184,18 @@ class CheckpointStatements:
 
 
 def _arrays(prefix: str, **columns: TypeEngine[Any]) -> Any:
-    """Rows from array parameters ``<prefix>_<column>``, all of one length (Postgres)."""
+    """Rows from array parameters ``<prefix>_<column>``, all of one length (Postgres).
+
+    Each array is read through a scalar subquery, so no plan knows its length: a
+    custom plan then costs what the generic one does, and the server keeps the generic
+    plan after its first few runs instead of planning every execution again.
+    """
     return (
         func.unnest(
             *(
-                bindparam(f"{prefix}_{name}", type_=postgresql.ARRAY(type_, dimensions=1))
+                select(
+                    bindparam(f"{prefix}_{name}", type_=postgresql.ARRAY(type_, dimensions=1))
+                ).scalar_subquery()
                 for name, type_ in columns.items()
             )
         )
