@@ -218,6 +218,7 @@ class Store(EditableCalls):
         *,
         at: int | None = None,
         idempotency_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> WriteOutcome:
         """Append a batch of messages, in one transaction: all of them or none.
 
@@ -235,6 +236,11 @@ class Store(EditableCalls):
             idempotency_key: when a batch was already stored in this conversation
                 under this key, nothing is written and the whole batch is confirmed;
                 a different batch under a used key is a ``ConflictError``.
+            metadata: keys merged into the conversation's metadata as ``merge_metadata``
+                does (a ``None`` value removes its key), in the write's transaction: the
+                messages and the metadata are stored together or not at all. A write
+                that only confirms a batch stored before (under its key, or all of it
+                at ``at``) commits nothing, so it merges nothing either.
 
         Returns:
             ``WriteOutcome(accepted=len(batch), uncertain=False, length=...)``.
@@ -242,7 +248,9 @@ class Store(EditableCalls):
         Raises:
             InvalidId: bad conversation id or idempotency key.
             InvalidMessage: a message is not storable, over ``max_message_bytes``, or
-                the batch is over ``max_batch``. Nothing is written.
+                the batch is over ``max_batch``; a ``metadata`` key breaks the id rules
+                or a value has no JSON form. Nothing is written.
+            TypeError: ``metadata`` is not a mapping.
             ConflictError: see ``at`` and ``idempotency_key``. Nothing is written.
             NotFound: through a scoped view, the id belongs to another user.
             WriteError: the database failed. ``.outcome`` says what is known;
@@ -250,7 +258,7 @@ class Store(EditableCalls):
                 commit's fate was unknown and the database could be reached again,
                 the store found out itself: stored means this returns normally.
         """
-        return await self._history.write(conversation, messages, at, idempotency_key)
+        return await self._history.write(conversation, messages, at, idempotency_key, metadata)
 
     async def search(
         self, query: str, *, conversation: str | None = None, limit: int = 10

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._core.models import Message, MessageLike, WriteOutcome
@@ -280,10 +280,11 @@ class WindowStore:
         *,
         at: int | None = None,
         idempotency_key: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> WriteOutcome:
         """``Store.write``, unchanged."""
         return await self._store.write(
-            conversation, messages, at=at, idempotency_key=idempotency_key
+            conversation, messages, at=at, idempotency_key=idempotency_key, metadata=metadata
         )
 
     async def count(self, conversation: str) -> int:

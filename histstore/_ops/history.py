@@ -27,6 +27,7 @@ from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback, 
 from .context import Context, not_found
 from .editing import stored_entries
 from .settle import was_stored
+from .state import metadata_merge
 
 __all__ = ["ZERO", "History", "delete_conversation"]
 
@@ -128,9 +129,11 @@ class History:
         messages: Iterable[MessageLike],
         at: int | None,
         idempotency_key: str | None,
+        metadata: Mapping[Any, Any] | None = None,
     ) -> WriteOutcome:
         try:
             validate_id(conversation)
+            merge = None if metadata is None else metadata_merge(conversation, metadata)
             at = _rules.argument(at, "at")
             caller_key = idempotency_key is not None
             key = (
@@ -144,6 +147,7 @@ class History:
             raise
         single = (
             at is None
+            and merge is None
             and not caller_key
             and bool(batch.messages)
             and self._ctx.sql.append_one is not None
@@ -152,6 +156,8 @@ class History:
             program = self._append_one(conversation, batch, key)
         else:
             program = self._append(conversation, batch, at, key, caller_key)
+            if merge is not None:
+                program = _then_merge(program, merge(self._ctx))
         try:
             return await self._ctx.executor.write(
                 program, action="write to", conversation=conversation, single=single
@@ -374,3 +380,15 @@ class History:
             return True
 
         await ctx.executor.write(program(), action="clear", conversation=conversation)
+
+
+def _then_merge(
+    write: Program[WriteOutcome], merge: Generator[Step, Any, None]
+) -> Program[WriteOutcome]:
+    """``write``, then ``merge`` in the same transaction (under the conversation's row
+    lock the write holds), unless the write ends without committing: a batch only
+    confirmed (stored before under its key, or all of it at ``at``) merges nothing."""
+    outcome = yield from write
+    if not isinstance(outcome, Rollback):
+        yield from merge
+    return outcome

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Generator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +18,7 @@ from .._editable.entries import Entry
 from .._errors import ConflictError
 from .._storage import rows as _rows
 from .._storage import schema as s
-from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program
+from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Step
 from .context import Context, not_found
 from .editing import stored_entries
 
@@ -305,24 +305,41 @@ class State:
 
     async def merge_metadata(self, conversation: str, updates: Mapping[Any, Any]) -> None:
         validate_id(conversation)
-        if not isinstance(updates, Mapping):
-            raise TypeError("merge_metadata() takes a mapping")
-        sets = _rules.metadata_rows(
-            conversation, {k: v for k, v in updates.items() if v is not None}
-        )
-        removals = [_rules.metadata_key_digest(k) for k, v in updates.items() if v is None]
+        merge = metadata_merge(conversation, updates)
         ctx = self._ctx
 
         def program() -> Program[bool]:
             yield from touched(ctx, conversation)
-            if sets:
-                yield EXECUTE_MANY, ctx.sql.set_metadata, sets
-            if removals:
-                gone = [{"c": conversation, "key_digest": d} for d in removals]
-                yield EXECUTE_MANY, ctx.sql.delete_metadata, gone
+            yield from merge(ctx)
             return True
 
         await ctx.executor.write(program(), action="merge metadata", conversation=conversation)
+
+
+def metadata_merge(
+    conversation: str, updates: Mapping[Any, Any]
+) -> Callable[[Context], Generator[Step, Any, None]]:
+    """The steps that merge ``updates`` into a conversation's metadata (a ``None`` value
+    removes its key), checked and encoded now; run them after the conversation is
+    locked (``touched``, or a write that holds its row).
+
+    Raises:
+        TypeError: ``updates`` is not a mapping.
+        InvalidMessage: a key breaks the id rules or a value has no JSON form.
+    """
+    if not isinstance(updates, Mapping):
+        raise TypeError("metadata updates must be a mapping")
+    sets = _rules.metadata_rows(conversation, {k: v for k, v in updates.items() if v is not None})
+    removals = [_rules.metadata_key_digest(k) for k, v in updates.items() if v is None]
+
+    def steps(ctx: Context) -> Generator[Step, Any, None]:
+        if sets:
+            yield EXECUTE_MANY, ctx.sql.set_metadata, sets
+        if removals:
+            gone = [{"c": conversation, "key_digest": d} for d in removals]
+            yield EXECUTE_MANY, ctx.sql.delete_metadata, gone
+
+    return steps
 
 
 async def _visible(conn: AsyncConnection, ctx: Context, conversation: str) -> bool:

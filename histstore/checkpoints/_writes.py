@@ -103,7 +103,7 @@ class CheckpointWrites(CheckpointScope):
         sql = self._sql
         action = f"saving a checkpoint of thread {thread_id!r}"
         if sql.put_alone is not None:
-            params = {**row, "owner": self._owner, "now": now}
+            params: dict[str, Any] = {**row, "owner": self._owner, "now": now}
             params.update(_arrays("d", deltas))
             params.update(_arrays("w", whole))
             params.update(_arrays("c", channel_rows))

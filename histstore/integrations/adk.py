@@ -318,7 +318,15 @@ class HiststoreSessionService(_StoreAdapter, BaseSessionService):
             # The idempotency key is the event's content: an equal event delivered again is
             # confirmed, not stored twice (as InMemorySessionService does). `at` is the
             # optimistic check that nobody appended since the session value was loaded.
-            outcome = await store.write(conversation, [record], at=at, idempotency_key=key)
+            # The session's state delta and update time go with the event, in its
+            # transaction: a crash never keeps one without the other.
+            outcome = await store.write(
+                conversation,
+                [record],
+                at=at,
+                idempotency_key=key,
+                metadata={UPDATED: event.timestamp, **state_metadata(session_delta)},
+            )
         except ConflictError as exc:
             if not await store.exists(conversation):
                 raise SessionNotFoundError(f"Session {session.id} not found.") from exc
@@ -328,9 +336,6 @@ class HiststoreSessionService(_StoreAdapter, BaseSessionService):
             ) from exc
         if outcome.length == at:  # an equal event was already stored: nothing changes
             return event
-        await store.merge_metadata(
-            conversation, {UPDATED: event.timestamp, **state_metadata(session_delta)}
-        )
         await merge_scoped(store, session.app_name, session.user_id, app_delta, user_delta)
         session.last_update_time = event.timestamp
         set_marker(session, at + 1)

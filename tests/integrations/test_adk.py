@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from adk_models import ScriptedModel, model_text
+from faults import Faults
 from google.adk.agents import LlmAgent
 from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
@@ -184,6 +185,22 @@ async def test_events_and_state_deltas_like_in_memory(services, clock):
     got, expected = await both(*services, "list_sessions", app_name=APP, user_id=USER)
     assert got.model_dump() == expected.model_dump()
     assert [s.id for s in got.sessions] == ["s", "t"]
+
+
+async def test_an_event_and_its_session_state_are_stored_together(store, clock, monkeypatch):
+    """A failure while the session's state is stored leaves the event unstored too."""
+    service = HiststoreSessionService(store)
+    session = await service.create_session(app_name=APP, user_id=USER, state={"a": 0})
+    await service.append_event(session, text_event("kept", ts=clock.tick(), a=1))
+    faults = Faults(monkeypatch)
+    faults.fail_insert_into = "histstore_metadata"
+    with pytest.raises(HistStoreError):
+        await service.append_event(session, text_event("lost", ts=clock.tick(), a=2))
+    faults.fail_insert_into = None
+    stored = await service.get_session(app_name=APP, user_id=USER, session_id=session.id)
+    assert stored is not None
+    assert [e.content.parts[0].text for e in stored.events] == ["kept"]
+    assert stored.state == {"a": 1}
 
 
 async def test_get_session_config_like_in_memory(services, clock):

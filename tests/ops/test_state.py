@@ -288,6 +288,44 @@ async def test_save_is_one_transaction(
     assert [m.to_dict() for m in (await store.load(cid)).messages] == user_msgs(4, "new")
 
 
+async def test_a_write_merges_its_metadata_in_its_own_transaction(store: Store, cid: str) -> None:
+    await store.merge_metadata(cid, {"gone": 1, "kept": "k"})
+    first = user_msgs(2, "a")
+    out = await store.write(cid, first, at=0, idempotency_key="k1", metadata={"n": 1, "gone": None})
+    assert out.length == 2
+    assert await store.metadata(cid) == {"n": 1, "kept": "k"}
+    # A retry only confirms what is stored: nothing commits, nothing merges.
+    again = await store.write(cid, first, at=0, idempotency_key="k1", metadata={"n": 99})
+    assert again.length == 2
+    assert await store.metadata(cid) == {"n": 1, "kept": "k"}
+    # A conflict stores neither.
+    with pytest.raises(ConflictError):
+        await store.write(cid, user_msgs(1, "late"), at=1, metadata={"n": 2})
+    assert await store.metadata(cid) == {"n": 1, "kept": "k"}
+    # Bad metadata is refused before anything is written.
+    with pytest.raises(InvalidMessage):
+        await store.write(cid, user_msgs(1, "x"), metadata={"n": math.nan})
+    with pytest.raises(TypeError):
+        await store.write(cid, user_msgs(1, "x"), metadata=[("n", 3)])  # type: ignore[arg-type]
+    assert await store.count(cid) == 2
+    # Without a key or position (the one-statement append otherwise) it merges too.
+    await store.write(cid, user_msgs(1, "b"), metadata={"n": 3})
+    assert (await store.count(cid), await store.metadata(cid)) == (3, {"n": 3, "kept": "k"})
+
+
+async def test_a_write_whose_metadata_fails_stores_no_message(
+    store: Store, cid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.write(cid, user_msgs(1, "a"))
+    faults = Faults(monkeypatch)
+    faults.fail_insert_into = "histstore_metadata"
+    with pytest.raises(HistStoreError):
+        await store.write(cid, user_msgs(2, "b"), at=1, metadata={"n": 1})
+    faults.fail_insert_into = None
+    assert await store.count(cid) == 1
+    assert await store.metadata(cid) == {}
+
+
 async def test_concurrent_saves_of_a_new_conversation(shared_backend: Any) -> None:
     """Saves racing to create one id all succeed; one of them wins whole."""
     c = new_id()
