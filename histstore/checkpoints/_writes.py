@@ -36,13 +36,14 @@ class CheckpointWrites(CheckpointScope):
             if not (yield FETCH, sql.touch, params):
                 raise NotFound(f"thread {thread_id!r} not found")
             return
+        params["stale"] = now - _FRESH
         found = yield FETCH, sql.thread_owner, params
         if not found:
             yield FETCH, sql.create, params  # the write lock is held: it is created
         elif self._owner is not None and found[0][0] != self._owner:
             raise NotFound(f"thread {thread_id!r} not found")
-        else:
-            yield EXECUTE, sql.refresh, {**params, "stale": now - _FRESH}
+        elif found[0][1]:
+            yield EXECUTE, sql.refresh, params
 
     async def put(
         self,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +204,20 @@ async def test_a_put_waiting_for_the_thread_sees_the_delete_it_waited_for(shared
         got = await chat.saver.aget_tuple(chat.config())
         assert got is not None
         assert got.checkpoint["channel_values"]["messages"] == chat.values
+
+
+async def test_a_write_marks_an_idle_thread_changed(store):
+    chat = Chat(HiststoreSaver(store))
+    await chat.grow(2)
+    threads = _schema.checkpoint_threads
+    idle = datetime(2020, 1, 1, tzinfo=timezone.utc)
+    which = threads.c.thread_id == chat.thread
+    async with store.engine.begin() as conn:
+        await conn.execute(update(threads).where(which).values(updated_at=idle))
+    await chat.grow(1)
+    async with store.engine.connect() as conn:
+        changed = (await conn.execute(select(threads.c.updated_at).where(which))).scalar_one()
+    assert changed > datetime.now(timezone.utc) - timedelta(minutes=1)
 
 
 async def test_deleting_runs_pruning_and_copying_keep_what_values_extend(store):

@@ -145,17 +145,20 @@ class CheckpointStatements:
         )
 
         # SQLite: a writer holds the database's write lock from BEGIN IMMEDIATE on, so
-        # the thread needs no row lock; it is looked up (``thread_owner``: its owner, no
-        # row when unknown), created when missing (``create``) and marked changed at
-        # most once per second (``refresh``: params thread_id, now, stale), which spares
-        # most writes a rewrite of the thread's row.
+        # the thread needs no row lock; it is looked up (``thread_owner``: its owner and
+        # whether its ``updated_at`` is before ``stale``, no row when unknown), created
+        # when missing (``create``) and marked changed at most once per second
+        # (``refresh``: params thread_id, now, stale), which spares most writes a
+        # rewrite of the thread's row.
         self.thread_owner: CompiledStatement | None = None
         if is_sqlite(dialect):
+            stale = bindparam("stale", type_=_threads.c.updated_at.type)
             self.thread_owner = compile_(
-                select(_threads.c.owner).where(_threads.c.thread_id == thread)
+                select(_threads.c.owner, _threads.c.updated_at < stale).where(
+                    _threads.c.thread_id == thread
+                )
             )
             self.create = compile_(self.create_thread)
-            stale = bindparam("stale", type_=_threads.c.updated_at.type)
             self.refresh = compile_(
                 update(_threads)
                 .where(_threads.c.thread_id == thread, _threads.c.updated_at < stale)
