@@ -183,17 +183,20 @@ async def measure(
             if i + 1 >= MIN_SAMPLES and time.perf_counter() > deadline:
                 break
     # Steps of threads of about ``size`` checkpoints: a thread of 10 gives one step,
-    # a longer one a tenth of its size before new threads are filled.
+    # a longer one a tenth of its size before a new thread is filled. A saver's new
+    # thread is filled right before its own next timed step: filling every saver's
+    # thread first would leave the saver filled first idle while the other fills, and
+    # a call after a pause pays for a cold start (thread wake-ups) the other saver's
+    # call, right after its own fill, never pays.
     per_thread = max(1, size // 10)
     done = 0
     deadline = time.perf_counter() + BUDGET_S
     while done < samples and (done < MIN_SAMPLES or time.perf_counter() < deadline):
-        for _ in range(min(per_thread, samples - done)):
-            for name in names if done % 2 == 0 else names[::-1]:
-                times[name][OPS[0]].append(await timed(threads[name].step))
-            done += 1
-        if done < samples and (done < MIN_SAMPLES or time.perf_counter() < deadline):
-            threads = {n: await Thread(s, shape).fill(size) for n, s in savers.items()}
+        for name in names if done % 2 == 0 else names[::-1]:
+            if threads[name].steps >= size + per_thread:
+                threads[name] = await Thread(savers[name], shape).fill(size)
+            times[name][OPS[0]].append(await timed(threads[name].step))
+        done += 1
     return {
         name: {
             op: {"mean_us": sum(t) / len(t) * 1e6, "p99_us": percentile(t, 99) * 1e6}
