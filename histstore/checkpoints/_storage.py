@@ -28,8 +28,8 @@ Reading one checkpoint (``get``) is a single statement, atomic by itself, that f
 checkpoint's id once by index and fetches its row, values (with the versions they
 extend) and writes together; listing reads a page per such statement. ``put`` and
 ``put_writes`` are each one write transaction of compiled statements (on SQLite one
-trip to the connection's thread; on Postgres ``put_writes`` is one statement). Every
-transaction runs to its end when the caller is cancelled.
+trip to the connection's thread; on Postgres each is one statement, its own transaction,
+one round trip). Every transaction runs to its end when the caller is cancelled.
 """
 
 from __future__ import annotations
