@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ._core.models import Message
 from ._errors import HistStoreError
 from ._storage import migrations as _migrations
+from ._storage.completion import run_to_completion
 from ._storage.dberrors import translate_errors
 from ._storage.drivers import for_dialect
 from ._storage.engine import (
@@ -28,7 +29,6 @@ from ._storage.engine import (
     read_only_sqlite_url,
     resolve_target,
 )
-from ._storage.executor import run_to_completion
 from ._storage.pg_url import display
 from ._storage.statements.dialects import can_create_tables, mode_options
 from ._storage.statements.kinds import is_sqlite

@@ -184,6 +184,8 @@ class Driver:
     """Runs compiled statements and programs on one kind of driver connection."""
 
     begin_sql = "BEGIN"
+    groups = False
+    """Whether ``run_group`` runs several write programs in one transaction."""
     snapshot_sql = "BEGIN"
     """How a transaction of reads that must agree begins (see ``run``'s ``snapshot``)."""
 
@@ -262,6 +264,13 @@ class Driver:
         if end:
             await self.finish(conn, isinstance(value, Rollback), phase)
         return value  # type: ignore[return-value]
+
+    async def run_group(
+        self, conn: Any, programs: list[Program[Any]], phase: Phase
+    ) -> list[tuple[bool, Any]]:
+        """Run write programs in one transaction (see ``_storage.group_commit``), where
+        ``groups`` says the driver can."""
+        raise NotImplementedError
 
     async def finish(self, conn: Any, rollback: bool, phase: Phase) -> None:
         """End the open transaction: roll back, or commit (moving ``phase`` along)."""

@@ -12,7 +12,7 @@ a ``HistStoreError`` before touching a connection.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -22,10 +22,12 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.util import greenlet_spawn
 
 from .._errors import HistStoreError
+from .completion import run_to_completion
 from .connections import ConnectionCache, release_connections
 from .dberrors import DATABASE_ERRORS, DatabaseFailure, connection_lost, failure, not_committed
 from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_dialect
 from .engine import SETTINGS_OPTION, SETUP_KEY, SqliteSettings, is_memory_url, sqlite_setup
+from .group_commit import GroupCommit
 from .statements import dialects as _dialects
 from .write_gate import WriteGate
 
@@ -35,30 +37,6 @@ T = TypeVar("T")
 
 _MAX_STALE = 64
 """Connections found closed that one call drops before it takes whatever comes."""
-
-
-async def run_to_completion(coro: Coroutine[Any, Any, T]) -> T:
-    """Await ``coro`` in its own task; if the caller is cancelled, finish it first.
-
-    A transaction interrupted half way can leave a connection in an unknown state (the
-    pool then throws it away, and with it an in-memory database) or, on Postgres, a
-    session idle in transaction. So the work runs to its end (commit or rollback), and
-    only then does the caller see its ``CancelledError``.
-    """
-    task = asyncio.ensure_future(coro)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        while not task.done():
-            try:
-                await asyncio.shield(task)
-            except asyncio.CancelledError:
-                continue  # cancelled again while waiting: keep waiting
-            except BaseException:  # noqa: BLE001 - its outcome is read below
-                break
-        if not task.cancelled():
-            task.exception()  # mark it retrieved; the cancellation wins
-        raise
 
 
 class Transaction:
@@ -133,11 +111,15 @@ class Executor:
             self._loop = None
         # SQLite has one write lock per file. Writers of this store queue for it here,
         # first come first served, not in SQLite's busy handler (its growing sleeps can
-        # leave a free lock idle ~100 ms); other processes meet this store at the lock,
-        # which the one-trip program polls for up to the busy timeout. An in-memory
+        # leave a free lock idle ~100 ms), and the programs queued meanwhile run as one
+        # transaction (``_storage.group_commit``); other processes meet this store at the
+        # lock, which the one-trip program polls for up to the busy timeout. An in-memory
         # database is one connection that the pool already hands out in turn.
         self._gated = sqlite is not None and not self._in_memory
         self._gate: WriteGate | None = None
+        self._group: GroupCommit | None = None
+        if self._gated and self.driver.groups:
+            self._group = GroupCommit(self._writing, self._connection, self.driver.run_group)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -349,6 +331,8 @@ class Executor:
             # it leaves nothing half done (the connection, whose state is then unknown,
             # is dropped), so it needs no task of its own to run it to the end.
             return await run()
+        if self._group is not None and not single:
+            return await self._group.submit(program, action, conversation)
         # Waiting for the write turn can be cancelled; the transaction, once begun, ends.
         async with self._writing(action, conversation):
             return await run_to_completion(run())

@@ -41,6 +41,7 @@ class SqliteDriver(Driver):
     def __init__(self, dialect: Dialect, one_trip: bool) -> None:
         super().__init__(dialect, None)
         self.one_trip = one_trip
+        self.groups = one_trip
 
     async def fetch(
         self,
@@ -85,6 +86,22 @@ class SqliteDriver(Driver):
             snapshot,
         )
 
+    async def run_group(
+        self, conn: Any, programs: list[Program[Any]], phase: Phase
+    ) -> list[tuple[bool, Any]]:
+        """Run ``programs`` in one write transaction, each in a savepoint of its own (see
+        ``_storage.group_commit``): per program ``(True, value)``, or ``(False, what it
+        raised)`` with its statements undone. A failure of the transaction itself
+        raises (``phase`` says how far it got)."""
+        if len(programs) == 1:
+            return [(True, await self.run(conn, programs[0], phase, begin=True, end=True))]
+        return await conn._execute(  # type: ignore[no-any-return]  # noqa: SLF001 - see run
+            self._run_group_on_thread,
+            conn._conn,  # noqa: SLF001 - see run
+            programs,
+            phase,
+        )
+
     @staticmethod
     def _run_on_thread(
         conn: sqlite3.Connection,
@@ -94,21 +111,12 @@ class SqliteDriver(Driver):
         end: bool,
         snapshot: bool = False,
     ) -> T | Rollback[T]:
-        memo: Memo = {}
-        running = _Running(program)
         if begin and snapshot:
             conn.execute("BEGIN")  # deferred: in WAL mode the first read fixes a snapshot
         elif begin:
             _take_write_lock(conn)
         try:
-            for kind, stmt, params in running:
-                if kind == FETCH:
-                    running.rows = conn.execute(stmt.sql, stmt.args(params, memo)).fetchall()
-                elif kind == EXECUTE:
-                    conn.execute(stmt.sql, stmt.args(params, memo))
-                else:
-                    conn.executemany(stmt.sql, [stmt.args(p, memo) for p in params])
-            value = running.value
+            value = _run_steps(conn, program)
             if end:
                 if isinstance(value, Rollback):
                     conn.execute("ROLLBACK")
@@ -122,7 +130,53 @@ class SqliteDriver(Driver):
                 with suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             raise
-        return value  # type: ignore[return-value]
+        return value
+
+    @staticmethod
+    def _run_group_on_thread(
+        conn: sqlite3.Connection, programs: list[Program[Any]], phase: Phase
+    ) -> list[tuple[bool, Any]]:
+        _take_write_lock(conn)
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            for program in programs:
+                conn.execute("SAVEPOINT histstore_member")
+                try:
+                    value = _run_steps(conn, program)
+                except Exception as exc:
+                    if not conn.in_transaction:
+                        raise  # the transaction itself is gone: every member fails
+                    conn.execute("ROLLBACK TO histstore_member")
+                    conn.execute("RELEASE histstore_member")
+                    outcomes.append((False, exc))
+                    continue
+                if isinstance(value, Rollback):
+                    conn.execute("ROLLBACK TO histstore_member")
+                conn.execute("RELEASE histstore_member")
+                outcomes.append((True, value))
+            phase.name = "commit"
+            conn.execute("COMMIT")
+            phase.name = "done"
+        except BaseException:
+            if phase.name == "body" and conn.in_transaction:
+                with suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
+        return outcomes
+
+
+def _run_steps(conn: sqlite3.Connection, program: Program[T]) -> T | Rollback[T]:
+    """Run a program's statements on ``conn``; return what it returned."""
+    memo: Memo = {}
+    running = _Running(program)
+    for kind, stmt, params in running:
+        if kind == FETCH:
+            running.rows = conn.execute(stmt.sql, stmt.args(params, memo)).fetchall()
+        elif kind == EXECUTE:
+            conn.execute(stmt.sql, stmt.args(params, memo))
+        else:
+            conn.executemany(stmt.sql, [stmt.args(p, memo) for p in params])
+    return running.value  # type: ignore[return-value]
 
 
 _SQLITE_BUSY = 5

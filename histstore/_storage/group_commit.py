@@ -1,0 +1,142 @@
+"""Group commit: the write programs of a store's concurrent callers, on SQLite, run
+together in one write transaction (one trip to the connection's thread, one COMMIT).
+
+Each program runs inside its own savepoint, so what one program raises, or a
+``Rollback`` it returns, undoes only its own statements; every caller gets exactly what
+its program alone would have given: its value, or its exception. A failure of the
+transaction itself (the write lock not taken, a failed COMMIT) is every member's
+failure, with the same ``phase`` as a transaction of its own. A program runs after the
+programs queued before it and sees what they wrote, as in turns.
+
+Writers do not wait for a group to form: the first writer runs alone at once, and the
+writers that arrive while a transaction runs go together in the next one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Generic, TypeVar
+
+from .completion import finish_then_cancel
+from .dberrors import DATABASE_ERRORS, failure, not_committed
+from .drivers import Phase, Program, Rollback
+
+__all__ = ["GroupCommit"]
+
+T = TypeVar("T")
+
+MAX_GROUP = 64
+"""Programs in one transaction at most (the rest wait for the next one)."""
+
+
+class _Member(Generic[T]):
+    __slots__ = ("action", "conversation", "done", "program", "started")
+
+    def __init__(
+        self, program: Program[T], action: str, conversation: str | None, done: asyncio.Future[T]
+    ) -> None:
+        self.program = program
+        self.action = action
+        self.conversation = conversation
+        self.done = done
+        self.started = False
+
+
+class GroupCommit:
+    """A store's queue of write programs and the task that runs them, a group at a time.
+
+    ``writing(action, conversation)`` holds the store's write turn; ``connection()``
+    lends a driver connection; ``run_group(conn, programs, phase)`` runs programs in one
+    transaction and returns, per program, ``(True, value)`` or ``(False, exception)``
+    (the driver's ``run_group``).
+    """
+
+    def __init__(
+        self,
+        writing: Callable[[str, str | None], AbstractAsyncContextManager[None]],
+        connection: Callable[[], AbstractAsyncContextManager[Any]],
+        run_group: Callable[[Any, list[Program[Any]], Phase], Awaitable[list[tuple[bool, Any]]]],
+    ) -> None:
+        self._writing = writing
+        self._connection = connection
+        self._run_group = run_group
+        self._queue: deque[_Member[Any]] = deque()
+        self._leader: asyncio.Task[None] | None = None
+
+    async def submit(self, program: Program[T], action: str, conversation: str | None) -> T:
+        """Run ``program`` in the next transaction; return its value (or raise what it
+        raised). A caller cancelled before its program started leaves nothing done; once
+        started, the transaction ends first, then the caller sees ``CancelledError``."""
+        member: _Member[T] = _Member(
+            program, action, conversation, asyncio.get_running_loop().create_future()
+        )
+        self._queue.append(member)
+        if self._leader is None:
+            self._leader = asyncio.ensure_future(self._lead())
+        try:
+            return await asyncio.shield(member.done)
+        except asyncio.CancelledError:
+            if not member.started:
+                self._queue.remove(member)
+                program.close()
+            else:
+                await finish_then_cancel(member.done)
+            raise
+
+    async def _lead(self) -> None:
+        try:
+            while self._queue:
+                group = [self._queue.popleft() for _ in range(min(MAX_GROUP, len(self._queue)))]
+                for member in group:
+                    member.started = True
+                try:
+                    await self._run(group)
+                except BaseException as exc:
+                    for member in group:
+                        if member.done.done():
+                            continue
+                        if isinstance(exc, asyncio.CancelledError):
+                            member.done.cancel()
+                        else:
+                            member.done.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+        finally:
+            self._leader = None
+
+    async def _run(self, group: list[_Member[Any]]) -> None:
+        first = group[0]
+        phase = Phase()
+        async with self._writing(first.action, first.conversation):
+            try:
+                async with self._connection() as conn:
+                    outcomes = await self._run_group(conn, [m.program for m in group], phase)
+                phase.name = "done"
+            except DATABASE_ERRORS as exc:
+                name = "body" if phase.name == "commit" and not_committed(exc) else phase.name
+                for member in group:
+                    member.done.set_exception(_failure(member, exc, name))
+                return
+        for member, (ok, value) in zip(group, outcomes, strict=True):
+            if not ok:
+                member.done.set_exception(_as_failure(member, value))
+            elif isinstance(value, Rollback):
+                member.done.set_result(value.value)
+            else:
+                member.done.set_result(value)
+
+
+def _as_failure(member: _Member[Any], exc: BaseException) -> BaseException:
+    """What a program's own failure becomes for its caller: a database error is the
+    ``DatabaseFailure`` of a transaction that was rolled back; anything else (what the
+    program raised) as it is."""
+    return _failure(member, exc, "body") if isinstance(exc, DATABASE_ERRORS) else exc
+
+
+def _failure(member: _Member[Any], exc: BaseException, phase: str) -> BaseException:
+    error = failure(member.action, member.conversation, exc, phase)
+    error.__cause__ = exc
+    return error
