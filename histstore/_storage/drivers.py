@@ -272,6 +272,11 @@ class Driver:
         ``groups`` says the driver can."""
         raise NotImplementedError
 
+    @staticmethod
+    async def checkpoint(conn: Any) -> None:
+        """Checkpoint the database's log, where ``groups`` says the driver can."""
+        raise NotImplementedError
+
     async def finish(self, conn: Any, rollback: bool, phase: Phase) -> None:
         """End the open transaction: roll back, or commit (moving ``phase`` along)."""
         if rollback:

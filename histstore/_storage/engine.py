@@ -315,7 +315,14 @@ def sqlite_setup(settings: SqliteSettings) -> list[str]:
     return [
         f"PRAGMA busy_timeout = {int(settings.busy_timeout_ms):d}",
         f"PRAGMA synchronous = {settings.synchronous}",
+        f"PRAGMA wal_autocheckpoint = {WAL_NET_PAGES:d}",
     ]
+
+
+WAL_NET_PAGES = 10_000
+"""The WAL size (pages) at which a commit checkpoints by itself: a net for when the
+store's background checkpoints (``_storage.group_commit``) fall behind or do not run
+(another program's writes, a store that only runs multi-step transactions)."""
 
 
 def _on_begin(conn: Connection) -> None:

@@ -119,7 +119,9 @@ class Executor:
         self._gate: WriteGate | None = None
         self._group: GroupCommit | None = None
         if self._gated and self.driver.groups:
-            self._group = GroupCommit(self._writing, self._connection, self.driver.run_group)
+            self._group = GroupCommit(
+                self._writing, self._connection, self.driver.run_group, self.driver.checkpoint
+            )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -161,6 +163,8 @@ class Executor:
         orphaned = self._loop is not None and self._loop.is_closed()
         if not orphaned:
             self.check()
+            if self._group is not None:
+                await self._group.wait_idle()
         self._closed = True
         await release_connections(self._cache, self._base_engine, dispose, orphaned=orphaned)
 

@@ -86,6 +86,12 @@ class SqliteDriver(Driver):
             snapshot,
         )
 
+    @staticmethod
+    async def checkpoint(conn: Any) -> None:
+        """Copy what the WAL holds into the database file as far as readers allow
+        (``PASSIVE``: waits for no reader or writer, and blocks none)."""
+        await conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
+
     async def run_group(
         self, conn: Any, programs: list[Program[Any]], phase: Phase
     ) -> list[tuple[bool, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import sys
 import time
@@ -20,6 +21,7 @@ from sqlalchemy.pool import StaticPool
 import histstore
 from histstore import HistStoreError, Message, SchemaError, Store, WriteError
 from histstore._storage import sqlite_driver as _sqlite_driver
+from histstore._storage.engine import WAL_NET_PAGES
 from histstore._storage.migrations import alembic_config
 
 VERSION_TABLE = "histstore_alembic_version"
@@ -345,6 +347,31 @@ async def test_sqlite_busy_timeout_is_set(
     async with histstore.connect(tmp_path / "busy.db", **options) as store:
         await roundtrip(store)
         assert await _pragma(store, "busy_timeout") == expected
+
+
+async def test_sqlite_commits_checkpoint_only_as_a_net(tmp_path: Path) -> None:
+    async with histstore.connect(tmp_path / "net.db") as store:
+        await roundtrip(store)
+        assert await _pragma(store, "wal_autocheckpoint") == WAL_NET_PAGES
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size
+
+
+async def test_sqlite_writes_are_checkpointed_in_the_background(tmp_path: Path) -> None:
+    """Pages reach the database file though no commit checkpoints (the net is far)."""
+    path = tmp_path / "ckpt.db"
+    text_ = "x" * 3000
+    async with histstore.connect(path, durability="process") as store:
+        await roundtrip(store)
+        start = _size(path)
+        for i in range(300):  # several MB of WAL, well below the net
+            await store.write(f"c{i % 20}", [Message.user(f"{i} {text_}")])
+        await asyncio.sleep(0.2)  # the last background checkpoint ends
+        assert _size(Path(f"{path}-wal")) < WAL_NET_PAGES * 4096
+        assert _size(path) - start > 1 << 20
+        assert await store.count("c0") == 15
 
 
 async def test_sqlite_write_gives_up_after_busy_timeout(tmp_path: Path) -> None:
