@@ -273,8 +273,9 @@ class Driver:
         raise NotImplementedError
 
     @staticmethod
-    async def checkpoint(conn: Any) -> None:
-        """Checkpoint the database's log, where ``groups`` says the driver can."""
+    async def checkpoint(conn: Any) -> tuple[int, int]:
+        """Checkpoint the database's log, where ``groups`` says the driver can: its
+        pages, and how many of them are copied."""
         raise NotImplementedError
 
     async def finish(self, conn: Any, rollback: bool, phase: Phase) -> None:

@@ -13,10 +13,13 @@ writers that arrive while a transaction runs go together in the next one.
 
 Checkpoints, too, are taken off the writers' path: SQLite's own (every 1,000 WAL pages,
 run by the commit that crosses the mark) cost that one write a few milliseconds of
-copying and fsync. Here, after every ``CHECKPOINT_EVERY`` committed groups, a task of
-the store runs a ``PASSIVE`` checkpoint on a connection of its own, which neither waits
-for nor blocks readers and writers; the connections' own automatic checkpoint stays as
-a net, at a WAL of ``engine.WAL_NET_PAGES`` pages.
+copying and fsync. Here a task of the store runs a ``PASSIVE`` checkpoint on a
+connection of its own, which neither waits for nor blocks readers and writers, about
+every ``CHECKPOINT_PAGES`` WAL pages (the number of committed groups between two is
+tuned after each from the pages the WAL grew by); then, in the store's write turn, a
+second one copies the few pages written meanwhile, so that the next write restarts the
+WAL from its beginning. The connections' own automatic checkpoint stays as a net, at a
+WAL of ``engine.WAL_NET_PAGES`` pages.
 """
 
 from __future__ import annotations
@@ -38,8 +41,11 @@ T = TypeVar("T")
 MAX_GROUP = 64
 """Programs in one transaction at most (the rest wait for the next one)."""
 
-CHECKPOINT_EVERY = 32
-"""Committed groups between two background checkpoints."""
+CHECKPOINT_PAGES = 1000
+"""WAL pages between two background checkpoints, about (SQLite's own default)."""
+
+FIRST_EVERY, MAX_EVERY = 32, 4096
+"""Committed groups before the first background checkpoint, and between two at most."""
 
 
 class _Member(Generic[T]):
@@ -69,7 +75,7 @@ class GroupCommit:
         writing: Callable[[str, str | None], AbstractAsyncContextManager[None]],
         connection: Callable[[], AbstractAsyncContextManager[Any]],
         run_group: Callable[[Any, list[Program[Any]], Phase], Awaitable[list[tuple[bool, Any]]]],
-        checkpoint: Callable[[Any], Awaitable[None]],
+        checkpoint: Callable[[Any], Awaitable[tuple[int, int]]],
     ) -> None:
         self._writing = writing
         self._connection = connection
@@ -78,6 +84,8 @@ class GroupCommit:
         self._queue: deque[_Member[Any]] = deque()
         self._leader: asyncio.Task[None] | None = None
         self._groups = 0  # committed since the last background checkpoint
+        self._every = FIRST_EVERY  # groups between two background checkpoints
+        self._wal_pages = 0  # the WAL's pages at the last one
         self._checkpointing: asyncio.Task[None] | None = None
 
     async def submit(self, program: Program[T], action: str, conversation: str | None) -> T:
@@ -135,7 +143,7 @@ class GroupCommit:
                     member.done.set_exception(_failure(member, exc, name))
                 return
         self._groups += 1
-        if self._groups >= CHECKPOINT_EVERY and self._checkpointing is None:
+        if self._groups >= self._every and self._checkpointing is None:
             self._groups = 0
             self._checkpointing = asyncio.ensure_future(self._checkpoint_now())
         for member, (ok, value) in zip(group, outcomes, strict=True):
@@ -147,14 +155,27 @@ class GroupCommit:
                 member.done.set_result(value)
 
     async def _checkpoint_now(self) -> None:
-        """A ``PASSIVE`` checkpoint; a failure is left to the connections' own net."""
+        """A ``PASSIVE`` checkpoint, then the next one's distance; a failure is left to
+        the connections' own net."""
+        groups = self._every
         try:
             async with self._connection() as conn:
-                await self._checkpoint(conn)
-        except Exception:  # noqa: BLE001, S110 - best effort: SQLite checkpoints by itself too
-            pass
+                pages, copied = await self._checkpoint(conn)
+                if copied < pages:
+                    # What this store's writers added meanwhile, in their turn: then the
+                    # next write starts the WAL from its beginning again (a WAL that
+                    # only grows makes every commit's fsync write the file's size too).
+                    async with self._writing("checkpoint", None):
+                        pages, copied = await self._checkpoint(conn)
+        except Exception:  # noqa: BLE001 - best effort: SQLite checkpoints by itself too
+            return
         finally:
             self._checkpointing = None
+        # The WAL restarts from its start after a complete checkpoint and a pause.
+        grown = pages - self._wal_pages if pages >= self._wal_pages else pages
+        self._wal_pages = pages
+        if grown > 0:
+            self._every = max(1, min(MAX_EVERY, groups * CHECKPOINT_PAGES // grown))
 
     async def wait_idle(self) -> None:
         """Wait for the running group and checkpoint, if any (before the store closes)."""

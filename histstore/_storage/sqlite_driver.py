@@ -87,10 +87,13 @@ class SqliteDriver(Driver):
         )
 
     @staticmethod
-    async def checkpoint(conn: Any) -> None:
+    async def checkpoint(conn: Any) -> tuple[int, int]:
         """Copy what the WAL holds into the database file as far as readers allow
-        (``PASSIVE``: waits for no reader or writer, and blocks none)."""
-        await conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
+        (``PASSIVE``: waits for no reader or writer, and blocks none); returns the
+        WAL's pages and how many of them are copied."""
+        rows = await conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
+        _busy, pages, copied = rows[0]
+        return int(pages), int(copied)
 
     async def run_group(
         self, conn: Any, programs: list[Program[Any]], phase: Phase
