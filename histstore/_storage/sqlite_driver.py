@@ -12,8 +12,8 @@ from __future__ import annotations
 import random
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Dialect
@@ -124,21 +124,12 @@ class SqliteDriver(Driver):
             conn.execute("BEGIN")  # deferred: in WAL mode the first read fixes a snapshot
         elif begin:
             _take_write_lock(conn)
-        try:
+        with _rolled_back_on_failure(conn, phase):
             value = _run_steps(conn, program)
-            if end:
-                if isinstance(value, Rollback):
-                    conn.execute("ROLLBACK")
-                else:
-                    phase.name = "commit"
-                    conn.execute("COMMIT")
-                    phase.name = "done"
-        except BaseException:
-            # Still on the thread, so the transaction never outlives this call.
-            if phase.name == "body" and conn.in_transaction:
-                with suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            raise
+            if end and isinstance(value, Rollback):
+                conn.execute("ROLLBACK")
+            elif end:
+                _commit(conn, phase)
         return value
 
     @staticmethod
@@ -147,7 +138,7 @@ class SqliteDriver(Driver):
     ) -> list[tuple[bool, Any]]:
         _take_write_lock(conn)
         outcomes: list[tuple[bool, Any]] = []
-        try:
+        with _rolled_back_on_failure(conn, phase):
             for program in programs:
                 conn.execute("SAVEPOINT histstore_member")
                 try:
@@ -163,15 +154,27 @@ class SqliteDriver(Driver):
                     conn.execute("ROLLBACK TO histstore_member")
                 conn.execute("RELEASE histstore_member")
                 outcomes.append((True, value))
-            phase.name = "commit"
-            conn.execute("COMMIT")
-            phase.name = "done"
-        except BaseException:
-            if phase.name == "body" and conn.in_transaction:
-                with suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            raise
+            _commit(conn, phase)
         return outcomes
+
+
+@contextmanager
+def _rolled_back_on_failure(conn: sqlite3.Connection, phase: Phase) -> Iterator[None]:
+    """Roll the open transaction back when the block fails before its COMMIT: still on
+    the connection's thread, so a transaction never outlives its call."""
+    try:
+        yield
+    except BaseException:
+        if phase.name == "body" and conn.in_transaction:
+            with suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+
+
+def _commit(conn: sqlite3.Connection, phase: Phase) -> None:
+    phase.name = "commit"
+    conn.execute("COMMIT")
+    phase.name = "done"
 
 
 def _run_steps(conn: sqlite3.Connection, program: Program[T]) -> T | Rollback[T]:
