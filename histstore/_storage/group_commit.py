@@ -85,7 +85,6 @@ class GroupCommit:
         self._leader: asyncio.Task[None] | None = None
         self._groups = 0  # committed since the last background checkpoint
         self._every = FIRST_EVERY  # groups between two background checkpoints
-        self._wal_pages = 0  # the WAL's pages at the last one
         self._checkpointing: asyncio.Task[None] | None = None
 
     async def submit(self, program: Program[T], action: str, conversation: str | None) -> T:
@@ -96,7 +95,7 @@ class GroupCommit:
             program, action, conversation, asyncio.get_running_loop().create_future()
         )
         self._queue.append(member)
-        if self._leader is None:
+        if _idle(self._leader):
             self._leader = asyncio.ensure_future(self._lead())
         try:
             return await asyncio.shield(member.done)
@@ -143,7 +142,7 @@ class GroupCommit:
                     member.done.set_exception(_failure(member, exc, name))
                 return
         self._groups += 1
-        if self._groups >= self._every and self._checkpointing is None:
+        if self._groups >= self._every and _idle(self._checkpointing):
             self._groups = 0
             self._checkpointing = asyncio.ensure_future(self._checkpoint_now())
         for member, (ok, value) in zip(group, outcomes, strict=True):
@@ -160,28 +159,31 @@ class GroupCommit:
         groups = self._every
         try:
             async with self._connection() as conn:
-                pages, copied = await self._checkpoint(conn)
-                if copied < pages:
-                    # What this store's writers added meanwhile, in their turn: then the
-                    # next write starts the WAL from its beginning again (a WAL that
-                    # only grows makes every commit's fsync write the file's size too).
-                    async with self._writing("checkpoint", None):
-                        pages, copied = await self._checkpoint(conn)
+                # The WAL's pages: what was written since the last checkpoint, which
+                # left it copied whole, so that the next write restarted it.
+                grown, _ = await self._checkpoint(conn)
+                # What this store's writers added meanwhile, in their turn: with the
+                # WAL then copied whole, the next write starts it from its beginning
+                # again (a WAL that only grows makes every commit's fsync write the
+                # file's size too, and readers search a longer index).
+                async with self._writing("checkpoint", None):
+                    await self._checkpoint(conn)
         except Exception:  # noqa: BLE001 - best effort: SQLite checkpoints by itself too
             return
         finally:
             self._checkpointing = None
-        # The WAL restarts from its start after a complete checkpoint and a pause.
-        grown = pages - self._wal_pages if pages >= self._wal_pages else pages
-        self._wal_pages = pages
         if grown > 0:
             self._every = max(1, min(MAX_EVERY, groups * CHECKPOINT_PAGES // grown))
 
     async def wait_idle(self) -> None:
         """Wait for the running group and checkpoint, if any (before the store closes)."""
-        for task in (self._leader, self._checkpointing):
-            if task is not None:
-                await asyncio.wait([task])
+        while running := [t for t in (self._leader, self._checkpointing) if t and not t.done()]:
+            await asyncio.wait(running)
+
+
+def _idle(task: asyncio.Task[None] | None) -> bool:
+    """No task, or one that has ended (even one cancelled before it ever ran)."""
+    return task is None or task.done()
 
 
 def _as_failure(member: _Member[Any], exc: BaseException) -> BaseException:
