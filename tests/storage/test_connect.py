@@ -370,7 +370,7 @@ async def test_sqlite_writes_are_checkpointed_in_the_background(tmp_path: Path) 
             await store.write(f"c{i % 20}", [Message.user(f"{i} {text_}")])
         await asyncio.sleep(0.2)  # the last background checkpoint ends
         assert _size(Path(f"{path}-wal")) < WAL_NET_PAGES * 4096
-        assert _size(path) - start > 1 << 20
+        assert _size(path) - start > 100_000  # no commit checkpoints below the net
         assert await store.count("c0") == 15
 
 
