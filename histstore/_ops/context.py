@@ -126,12 +126,15 @@ class Context:
             validate_id(user, what="user")
         return self.owner is None or user is None or user == self.owner
 
-    def scope(self, user: str | None = None) -> ColumnElement[bool] | None:
-        """The condition on the conversations table that keeps what this store sees,
-        narrowed to ``user``'s conversations when given (check ``sees`` first); ``None``
-        when everything is visible."""
+    def scope(
+        self, user: str | None = None, owner: ColumnElement[Any] = s.conversations.c.owner
+    ) -> ColumnElement[bool] | None:
+        """The condition on ``owner`` (the conversations' owner column, or another table's
+        owner column: LangGraph threads) that keeps what this store sees, narrowed to
+        ``user``'s rows when given (check ``sees`` first); ``None`` when everything is
+        visible."""
         who = self.owner if self.owner is not None else user
-        return None if who is None else s.conversations.c.owner == who
+        return None if who is None else owner == who
 
     def owned(self, conversation: str) -> ColumnElement[bool]:
         """The condition that a conversation row is visible through this store (Core)."""

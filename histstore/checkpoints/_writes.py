@@ -105,8 +105,7 @@ class CheckpointWrites(CheckpointScope):
         action = f"saving a checkpoint of thread {thread_id!r}"
         if sql.put_alone is not None:
             params: dict[str, Any] = {**row, "owner": self._owner, "now": now}
-            params.update(_arrays("d", deltas))
-            params.update(_arrays("w", whole))
+            params.update(_arrays("d", deltas + whole))
             params.update(_arrays("c", channel_rows))
             alone = sql.put_alone
 
@@ -196,7 +195,6 @@ class CheckpointWrites(CheckpointScope):
 
 _ARRAY_COLUMNS = {
     "d": ("channel", "version", "type", "blob", "base"),
-    "w": ("channel", "version", "type", "blob"),
     "c": ("channel", "version"),
     "p": ("task_id", "idx", "task_path", "channel", "type", "blob"),
 }

@@ -22,11 +22,9 @@ from sqlalchemy import (
     LargeBinary,
     Text,
     bindparam,
-    cast,
     exists,
     func,
     literal_column,
-    null,
     select,
     update,
 )
@@ -211,13 +209,14 @@ def _put_alone(touch: Any) -> Any:
     """A ``put`` as one statement, its own transaction (Postgres).
 
     The thread is touched first (``touch``'s parameters), which takes its row lock; then
-    every value that extends another version (arrays ``d_*``) is checked against what is
-    stored *now*: its ``base`` (or its own version) is locked ``FOR KEY SHARE``, so a
-    value deleted by a transaction that held the thread until a moment ago counts as
-    gone (the statement's snapshot may predate that commit) and stays until this commit.
-    Only when every such value can be stored are the rows written: the values
-    (``d_*``, and the whole values ``w_*``), the versions the checkpoint reads (``c_*``)
-    and the checkpoint row (its columns as parameters). Returns one row: whether the
+    every new value that extends another version (arrays ``d_*``, whose ``base`` is not
+    null) is checked against what is stored *now*: its ``base`` (or its own version) is
+    locked ``FOR KEY SHARE``, so a value deleted by a transaction that held the thread
+    until a moment ago counts as gone (the statement's snapshot may predate that
+    commit) and stays until this commit. Only when every such value can be stored are
+    the rows written: the values (``d_*``, whole ones with a null ``base``), the
+    versions the checkpoint reads (``c_*``) and the checkpoint row (its columns as
+    parameters). Returns one row: whether the
     thread was touched (no: another owner's), and whether the rows were stored.
     """
     touched = touch.cte("touched")
@@ -226,56 +225,32 @@ def _put_alone(touch: Any) -> Any:
     text_ = Text()
     blob_cols = [c.name for c in _blobs.columns]
     blob_key = list(_blobs.primary_key.columns)
-    extra = _arrays("d", channel=text_, version=text_, type=text_, blob=LargeBinary(), base=text_)
+    new = _arrays("d", channel=text_, version=text_, type=text_, blob=LargeBinary(), base=text_)
     other = _blobs.alias("stored")
     held = (
         select(other.c.version)
         .where(
             other.c.thread_id == thread,
             other.c.checkpoint_ns == ns,
-            other.c.channel == extra.c.channel,
-            other.c.version.in_([extra.c.base, extra.c.version]),
+            other.c.channel == new.c.channel,
+            other.c.version.in_([new.c.base, new.c.version]),
         )
-        .correlate(touched, extra)
+        .correlate(touched, new)
         .with_for_update(read=True, key_share=True, of=other)
     )
-    unstorable = select(extra.c.channel).where(~held.exists())
+    unstorable = select(new.c.channel).where(new.c.base.is_not(None), ~held.exists())
     ok = select(thread).where(~unstorable.exists()).cte("ok")
     # Every insert reads ``ok``: nothing is written before the check, or after it fails.
-    extended = (
+    values = (
         postgresql.insert(_blobs)
         .from_select(
             blob_cols,
             select(
-                ok.c.thread_id,
-                ns,
-                extra.c.channel,
-                extra.c.version,
-                extra.c.type,
-                extra.c.blob,
-                extra.c.base,
-            ).select_from(ok.join(extra, literal_column("true"))),
+                ok.c.thread_id, ns, new.c.channel, new.c.version, new.c.type, new.c.blob, new.c.base
+            ).select_from(ok.join(new, literal_column("true"))),
         )
         .on_conflict_do_nothing(index_elements=blob_key)
-        .cte("extended")
-    )
-    full = _arrays("w", channel=text_, version=text_, type=text_, blob=LargeBinary())
-    whole = (
-        postgresql.insert(_blobs)
-        .from_select(
-            blob_cols,
-            select(
-                ok.c.thread_id,
-                ns,
-                full.c.channel,
-                full.c.version,
-                full.c.type,
-                full.c.blob,
-                cast(null(), Text),
-            ).select_from(ok.join(full, literal_column("true"))),
-        )
-        .on_conflict_do_nothing(index_elements=blob_key)
-        .cte("whole")
+        .cte("stored_values")
     )
     checkpoint_id = bindparam("checkpoint_id", type_=_cp.c.checkpoint_id.type)
     read = _arrays("c", channel=text_, version=text_)
@@ -303,7 +278,7 @@ def _put_alone(touch: Any) -> Any:
         select(func.count()).select_from(touched).scalar_subquery(),
         select(func.count()).select_from(ok).scalar_subquery(),
     ]
-    return select(*counted).add_cte(extended).add_cte(whole).add_cte(chans).add_cte(row)
+    return select(*counted).add_cte(values).add_cte(chans).add_cte(row)
 
 
 def _writes_alone(touch: Any, replace: bool) -> Any:

@@ -75,11 +75,8 @@ class ThreadSource:
         self._ctx = ctx
         self._ids = list(dict.fromkeys(ids)) if ids is not None else None
         self._batch = min(batch, ROW_BATCH)
-        who = ctx.owner if ctx.owner is not None else user
-        if ctx.owner is not None and user is not None and user != ctx.owner:
-            self._visible: ColumnElement[bool] = false()
-        else:
-            self._visible = true() if who is None else THREADS.c.owner == who
+        scope = ctx.scope(user, THREADS.c.owner) if ctx.sees(user) else false()
+        self._visible: ColumnElement[bool] = true() if scope is None else scope
 
     def _select(self, *cols: Any) -> Select[Any]:
         return select(*cols).where(self._visible)
