@@ -18,7 +18,16 @@ import histstore
 from histstore import HistStoreError, SchemaError, Store, admin
 from histstore.checkpoints import CheckpointStore
 
-from ._render import HitPrinter, ProgressLine, Style, file_size, size, span, table, when
+from ._render import (
+    HitPrinter,
+    ProgressLine,
+    Style,
+    file_size,
+    print_listing,
+    size,
+    span,
+    when,
+)
 
 __all__ = ["UsageError", "confirm", "open_store", "pooler"]
 
@@ -158,14 +167,7 @@ async def cmd_ls(args: argparse.Namespace) -> int:
         for i in infos
     ]
     head = ("ID", "USER", "MESSAGES", "CREATED (UTC)", "UPDATED (UTC)")
-    first, *rest = table(head, rows, right=(2,))
-    print(style.bold(first))
-    for line in rest:
-        print(line)
-    if len(rows) < total:
-        print(style.dim(f"{len(rows)} of {total:,} conversations shown (--limit 0 shows all)"))
-    elif not rows:
-        print(style.dim("no conversations"))
+    print_listing(style, head, rows, total=total, noun="conversations", right=(2,))
     return 0
 
 

@@ -165,6 +165,27 @@ def table(
     return [line(head), *(line(r) for r in rows)]
 
 
+def print_listing(
+    style: Style,
+    head: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    total: int,
+    noun: str,
+    right: Sequence[int] = (),
+) -> None:
+    """A listing on stdout: ``table`` with its head in bold, then how many of ``total``
+    ``noun`` it shows when not all, or that there are none."""
+    first, *rest = table(head, rows, right=right)
+    print(style.bold(first))
+    for line in rest:
+        print(line)
+    if len(rows) < total:
+        print(style.dim(f"{len(rows)} of {total:,} {noun} shown (--limit 0 shows all)"))
+    elif not rows:
+        print(style.dim(f"no {noun}"))
+
+
 class Printer:
     """Prints messages with positions, roles and times, readable on a terminal; an
     entry an editor made is marked ``(by AUTHOR)``, and asides are drawn as

@@ -13,7 +13,7 @@ from histstore import HistStoreError
 from histstore.checkpoints import CheckpointStore, ThreadInfo
 
 from ._commands import UsageError, confirm, open_store
-from ._render import ProgressLine, Style, span, table, when
+from ._render import ProgressLine, Style, print_listing, span, table, when
 
 __all__ = ["add_threads_command"]
 
@@ -100,14 +100,8 @@ async def cmd_threads_ls(args: argparse.Namespace) -> int:
         (i.thread_id, i.user or "-", f"{i.checkpoints:,}", when(i.updated_at), _namespaces(i))
         for i in infos
     ]
-    first, *rest = table(("THREAD", "USER", "CHECKPOINTS", "UPDATED (UTC)", "NAMESPACES"), rows)
-    print(style.bold(first))
-    for line in rest:
-        print(line)
-    if len(rows) < total:
-        print(style.dim(f"{len(rows)} of {total:,} threads shown (--limit 0 shows all)"))
-    elif not rows:
-        print(style.dim("no threads"))
+    head = ("THREAD", "USER", "CHECKPOINTS", "UPDATED (UTC)", "NAMESPACES")
+    print_listing(style, head, rows, total=total, noun="threads")
     return 0
 
 
