@@ -17,9 +17,8 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from helpers import alembic
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langchain_core.tools import tool
 from langgraph.checkpoint.base import (
     BaseCheckpointSaver,
     ChannelVersions,
@@ -33,9 +32,9 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_checkpoint,
     generate_metadata,
 )
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
+from langgraph_graphs import call_weather, tool_loop
 from sqlalchemy import insert, inspect, text
 
 import histstore
@@ -165,34 +164,6 @@ async def test_conformance_suite_through_an_owned_store(shared_backend):
 
 
 # ---------------------------------------------------------------------- real graphs
-
-
-@tool
-def get_weather(city: str) -> str:
-    """The weather in a city."""
-    return f"It is sunny in {city}."
-
-
-def tool_loop(model: GenericFakeChatModel, seen: list[int]) -> StateGraph[Any]:
-    """An agent: the model, then tools while it asks for them, then the end."""
-
-    async def agent(state: MessagesState) -> dict[str, list[BaseMessage]]:
-        seen.append(len(state["messages"]))
-        return {"messages": [await model.ainvoke(state["messages"])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", ToolNode([get_weather]))
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    return builder
-
-
-def call_weather(city: str, call_id: str) -> AIMessage:
-    return AIMessage(
-        "", tool_calls=[{"name": "get_weather", "args": {"city": city}, "id": call_id}]
-    )
 
 
 async def test_tool_loop_over_several_turns_resumes_on_a_new_saver(shared_backend):

@@ -11,10 +11,8 @@ from typing import Any
 
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langchain_core.tools import tool
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph_graphs import call_weather, tool_loop
 
 import histstore
 from histstore import Message, NotFound, admin
@@ -27,30 +25,12 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
 
 
-@tool
-def get_weather(city: str) -> str:
-    """The weather in a city."""
-    return f"It is sunny in {city}."
-
-
 def agent_graph(saver: HiststoreSaver, replies: list[AIMessage]) -> Any:
-    model = GenericFakeChatModel(messages=iter(replies))
-
-    async def agent(state: MessagesState) -> dict[str, list[BaseMessage]]:
-        return {"messages": [await model.ainvoke(state["messages"])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", ToolNode([get_weather]))
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    return builder.compile(checkpointer=saver)
+    return tool_loop(GenericFakeChatModel(messages=iter(replies))).compile(checkpointer=saver)
 
 
 def weather_turn(city: str) -> list[AIMessage]:
-    call = {"name": "get_weather", "args": {"city": city}, "id": new_id("call")}
-    return [AIMessage("", tool_calls=[call]), AIMessage(f"Sunny in {city}.")]
+    return [call_weather(city, new_id("call")), AIMessage(f"Sunny in {city}.")]
 
 
 async def run_threads(saver: HiststoreSaver, threads: list[str], turns: int = 2) -> None:
