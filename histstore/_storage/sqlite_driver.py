@@ -10,10 +10,12 @@ never broken (``aiosqlite_one_trip``).
 from __future__ import annotations
 
 import random
+import re
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from functools import lru_cache
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Dialect
@@ -30,7 +32,7 @@ from .drivers import (
     _Running,
 )
 
-__all__ = ["SqliteDriver", "aiosqlite_one_trip"]
+__all__ = ["SqliteDriver", "aiosqlite_one_trip", "execute_many"]
 
 T = TypeVar("T")
 
@@ -187,8 +189,74 @@ def _run_steps(conn: sqlite3.Connection, program: Program[T]) -> T | Rollback[T]
         elif kind == EXECUTE:
             conn.execute(stmt.sql, stmt.args(params, memo))
         else:
-            conn.executemany(stmt.sql, [stmt.args(p, memo) for p in params])
+            execute_many(conn, stmt.sql, [stmt.args(p, memo) for p in params])
     return running.value  # type: ignore[return-value]
+
+
+MAX_ROWS = 256
+"""Rows of one multi-row INSERT at most (see ``execute_many``)."""
+
+_VALUES = re.compile(r"\bVALUES (\((?:\?, )*\?\))")
+_DEFAULT_MAX_VARIABLES = 999  # SQLite's limit before 3.32, where it cannot be asked
+
+
+def execute_many(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    """Run ``sql`` once per row of arguments, as ``executemany`` does; but an INSERT of
+    one ``VALUES`` group whose only parameters are that group's runs as a few multi-row
+    INSERTs instead (row counts that are powers of two, at most ``MAX_ROWS``), which
+    insert the same rows in the same order.
+
+    Each statement is a unit for SQLite's full-text index: FTS5 writes what a statement
+    added to its index as a new segment when the next statement begins, so an
+    ``executemany`` of a batch of messages made a segment per message (and the merges
+    that follow), where one statement makes one. Other statements run as they are.
+    """
+    group = _values_group(sql) if len(rows) > 1 else None
+    if group is None:
+        conn.executemany(sql, rows)
+        return
+    width = group[1]
+    getlimit = getattr(conn, "getlimit", None)  # Python 3.11+
+    variables = _DEFAULT_MAX_VARIABLES if getlimit is None else getlimit(_LIMIT_VARIABLES)
+    cap = _power_of_two_below(min(MAX_ROWS, max(1, variables // width)) + 1)
+    done = 0
+    while done < len(rows):
+        n = _power_of_two_below(min(cap, len(rows) - done) + 1)
+        chunk = rows[done : done + n]
+        if n == 1:
+            conn.execute(sql, chunk[0])
+        else:
+            conn.execute(_multi_row(sql, n), [value for row in chunk for value in row])
+        done += n
+
+
+_LIMIT_VARIABLES = getattr(sqlite3, "SQLITE_LIMIT_VARIABLE_NUMBER", 9)
+
+
+def _power_of_two_below(n: int) -> int:
+    """The largest power of two under ``n`` (``n`` > 1)."""
+    return 1 << ((n - 1).bit_length() - 1)
+
+
+@lru_cache(maxsize=256)
+def _values_group(sql: str) -> tuple[str, int] | None:
+    """The one ``VALUES (?, ...)`` group of an INSERT whose every parameter is in it,
+    and its width; ``None`` for any other statement."""
+    if not sql.lstrip().upper().startswith("INSERT"):
+        return None
+    found = _VALUES.findall(sql)
+    if len(found) != 1:
+        return None
+    width = found[0].count("?")
+    return (found[0], width) if sql.count("?") == width else None
+
+
+@lru_cache(maxsize=256)
+def _multi_row(sql: str, rows: int) -> str:
+    """``sql`` (see ``_values_group``) inserting ``rows`` rows of arguments at once."""
+    group = _values_group(sql)
+    assert group is not None
+    return _VALUES.sub(lambda _: "VALUES " + ", ".join([group[0]] * rows), sql, count=1)
 
 
 _SQLITE_BUSY = 5

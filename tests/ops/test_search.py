@@ -350,6 +350,17 @@ async def test_phrases_match_words_in_order(store: Store, cid: str) -> None:
     assert await store.search('"fox brown"') == []
 
 
+async def test_every_message_of_a_large_batch_is_found(store: Store, cid: str) -> None:
+    # More rows than one multi-row INSERT takes on SQLite (see _storage.sqlite_driver).
+    n = 300
+    await store.write(cid, [{"role": "user", "content": f"walrus tag{i}x"} for i in range(n)])
+    for i in (0, 1, 127, 128, 255, 256, 257, 299):
+        assert where(await store.search(f"tag{i}x")) == [(cid, i)]
+    assert len(await store.search("walrus", limit=n + 1)) == n
+    await store.clear(cid)
+    assert await store.search("walrus") == []
+
+
 async def test_the_best_match_comes_first(store: Store, cid: str) -> None:
     filler = [{"role": "user", "content": f"unrelated message number {i}"} for i in range(8)]
     await store.write(
