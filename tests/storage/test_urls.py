@@ -8,10 +8,13 @@ throwaway cluster with TLS (scram auth, a self-signed CA), encryption read from
 from __future__ import annotations
 
 import asyncio
+import gc
 import shutil
 import socket
 import time
+import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -418,6 +421,21 @@ async def test_client_certificate_with_an_encrypted_key(tls: Cluster, tmp_path: 
             await session_row(store, MY_SSL)
 
 
+@contextmanager
+def _refused_tls_sockets_collected() -> Iterator[None]:
+    """Run a TLS login the server refuses, then collect what it left behind.
+
+    Under load, the socket of such a login (asyncpg's own, which raised before handing
+    histstore a connection) has been seen garbage-collected unclosed; its
+    ResourceWarning then fails whichever test the collector runs in. So it is collected
+    here, in the block, with that one warning ignored.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        yield
+        gc.collect()
+
+
 @pytest.mark.parametrize("form", ["userinfo", "query"])
 async def test_wrong_password_fails_without_showing_it(tls: Cluster, form: str) -> None:
     secret = "Wr0ng-" + uuid4().hex[:8]
@@ -425,9 +443,12 @@ async def test_wrong_password_fails_without_showing_it(tls: Cluster, form: str) 
         url = tls.url(user="app", password=secret, database="app", query="sslmode=require")
     else:
         url = tls.url(user="app", database="app", query=f"sslmode=require&password={secret}")
-    with pytest.raises(DatabaseFailure, match="password authentication failed") as caught:
-        await histstore.connect(url, migrate=True)
-    assert secret not in str(caught.value)
+    with _refused_tls_sockets_collected():
+        with pytest.raises(DatabaseFailure, match="password authentication failed") as caught:
+            await histstore.connect(url, migrate=True)
+        message = str(caught.value)
+        del caught
+    assert secret not in message
     code, out, err = await run_cli("ls", "--url", url)
     assert code == 1
     assert_one_line_error(err, "password authentication failed")
