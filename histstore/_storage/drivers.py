@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
@@ -51,8 +52,9 @@ __all__ = [
 T = TypeVar("T")
 
 Processor = Callable[[Any], Any] | None
-Memo = dict[tuple[int, int], Any]
-"""Converted bind values by (processor, value) identity, shared within one transaction."""
+Memo = dict[tuple[Any, ...], Any]
+"""Converted bind values by processor and value, shared within one transaction: by the
+value's identity, or for a ``datetime`` by its value (see ``CompiledStatement.args``)."""
 
 FETCH, EXECUTE, EXECUTE_MANY = "fetch", "execute", "execute_many"
 Step = tuple[str, "CompiledStatement", Any]
@@ -135,7 +137,10 @@ class CompiledStatement:
 
         ``memo`` shares converted values between calls (the statements and rows of one
         write repeat the same timestamp, whose conversion is the costly one on SQLite);
-        the values it was filled from must outlive it.
+        the values it was filled from must outlive it. A ``datetime`` is shared by its
+        value, so equal times made apart (the rows of a revert or an import, each read
+        back on its own) are converted once: with its zone and ``fold`` in the key, equal
+        such values convert alike.
         """
         if memo is None:
             memo = {}
@@ -145,7 +150,10 @@ class CompiledStatement:
             if proc is None or value is None:
                 out.append(value)
                 continue
-            key = (id(proc), id(value))
+            if type(value) is datetime:
+                key: tuple[Any, ...] = (id(proc), value, value.tzinfo, value.fold)
+            else:
+                key = (id(proc), id(value))
             if key not in memo:
                 memo[key] = proc(value)
             out.append(memo[key])
