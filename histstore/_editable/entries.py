@@ -10,6 +10,7 @@ import json as _json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
@@ -39,6 +40,8 @@ USAGE_KEYS = ("input", "output", "cache_read", "cache_write")
 
 def check_count(value: object, *, what: str, low: int = 0) -> int:
     """An int (not a bool) from ``low`` to 2**63-1, else ``InvalidMessage``."""
+    if type(value) is int and low <= value <= _MAX:
+        return value
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= _MAX:
         raise InvalidMessage(f"{what} must be an int from {low} to 2**63-1")
     return value
@@ -223,6 +226,13 @@ def time_from(value: object, *, what: str) -> datetime | None:
         return None
     if not isinstance(value, str):
         raise InvalidMessage(f"{what} must be ISO 8601 text or null")
+    return _parsed_time(value, what)
+
+
+@lru_cache(maxsize=1024)
+def _parsed_time(value: str, what: str) -> datetime | None:
+    """``time_from`` of a text, kept for the next entry of the same batch (a log's entries
+    share their batch's time; a ``datetime`` cannot be changed, so sharing is safe)."""
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
@@ -232,11 +242,11 @@ def time_from(value: object, *, what: str) -> datetime | None:
 
 def fields(record: object, allowed: Sequence[str], *, what: str) -> Mapping[str, Any]:
     """``record`` when it is a mapping with only ``allowed`` keys, else ``InvalidMessage``."""
-    if not isinstance(record, Mapping):
+    if type(record) is not dict and not isinstance(record, Mapping):
         raise InvalidMessage(f"{what} must be a JSON object")
-    extra = [k for k in record if k not in allowed]
-    if extra:
-        raise InvalidMessage(f"{what} has unknown keys")
+    for k in record:
+        if k not in allowed:
+            raise InvalidMessage(f"{what} has unknown keys")
     return record
 
 
