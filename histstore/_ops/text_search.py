@@ -5,15 +5,17 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .._core import rules as _rules
+from .._core.framework_text import envelope
 from .._core.ids import validate_id
-from .._core.models import stored_message
+from .._core.models import as_message, message_data, stored_message
 from .._core.search_text import Hit, indexed_text, parse_query
 from .._storage.drivers import EXECUTE_MANY, FETCH, Program
 from .._storage.rows import searchable
 from .._storage.statements import dialects as _dialects
+from ..envelopes import ROLES
 from .context import Context
 
-__all__ = ["TextSearch"]
+__all__ = ["TextSearch", "as_written"]
 
 
 class TextSearch:
@@ -48,9 +50,10 @@ class TextSearch:
         ]
 
     async def reindex(self, batch: int, progress: Callable[[int], None] | None = None) -> int:
-        """Make every visible message's indexed text what ``indexed_text`` gives now,
+        """Make every visible message's row what a write stores now (see ``as_written``),
         ``batch`` messages per transaction; returns how many changed. ``progress(messages
-        read so far)`` after every batch."""
+        read so far)`` after every batch. A row whose JSON changed between its read and
+        its update (a concurrent edit) is left as it is."""
         _rules.positive(batch, "batch")
         ctx = self._ctx
         sql = ctx.sql
@@ -60,12 +63,15 @@ class TextSearch:
             params = {"after_c": after[0], "after_p": after[1], "limit": batch, "owner": ctx.owner}
             rows = yield FETCH, sql.reindex_page, params
             updates = []
-            for cid, position, data, stored in rows:
-                text = searchable(indexed_text(stored_message(data, None, None)))
-                if text != stored:
-                    updates.append({"c_": cid, "p_": position, "t_": text})
+            for cid, position, role, data, stored in rows:
+                new_data, new_role, text = as_written(data)
+                if (new_data, new_role, text) != (data, role, stored):
+                    updates.append(
+                        {"c_": cid, "p_": position, "old_": data, "d_": new_data}
+                        | {"r_": new_role, "t_": text}
+                    )
             if updates:
-                yield EXECUTE_MANY, sql.set_search_text, updates
+                yield EXECUTE_MANY, sql.set_indexed, updates
             last = (rows[-1][0], int(rows[-1][1])) if len(rows) == batch else None
             return len(updates), len(rows), last
 
@@ -77,3 +83,20 @@ class TextSearch:
             if progress is not None:
                 progress(read)
         return changed
+
+
+def as_written(data: str) -> tuple[str, str, str | None]:
+    """A stored message's JSON, ``role`` column and search text as a write stores them
+    now: an adapter envelope stored without its ``role`` (by an adapter older than
+    revision f3b8d6a2c915, or before ``histstore migrate --sql`` output that could not
+    compute it) gets it (``histstore.envelopes``), as the first key; any other JSON is
+    kept as it is."""
+    message = stored_message(data, None, None)
+    found = envelope(message_data(message))
+    if found is not None and "role" not in message_data(message):
+        kind, inner = found
+        role = ROLES[kind](inner)
+        if role is not None:
+            message = as_message({"role": role, **message_data(message)})
+    text = searchable(indexed_text(message))
+    return message.to_json(), _rules.role_key(message.role), text

@@ -73,8 +73,10 @@ async def reindex(
 ) -> int:
     """Recompute every message's indexed text (``histstore.indexed_text``) and so its
     full-text index entry, ``batch`` messages per transaction; returns how many changed.
+    An adapter envelope stored without its role (``histstore.envelopes``) gets it too,
+    with its ``role`` column, as a write stores it now.
 
-    Needed only where the text could not be computed when the schema was made: after
+    Needed only where these could not be computed when the schema was made: after
     applying ``histstore migrate --sql`` output to a database that already held
     messages. Through a scoped view, only that user's conversations. Safe to run
     while the store is in use, and to run again.

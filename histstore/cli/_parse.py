@@ -258,7 +258,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="mark the matches (auto: when stdout is a terminal and NO_COLOR is unset)",
     )
 
-    p = command("reindex", c.cmd_reindex, "recompute every message's search text and index")
+    p = command(
+        "reindex",
+        c.cmd_reindex,
+        "recompute every message's search text and index (and adapter envelopes' roles)",
+    )
     user_option(p, "only this user's conversations")
 
     p = command("stats", c.cmd_stats, "summarize what the database holds")

@@ -16,9 +16,9 @@ from google.adk.sessions import Session, State
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from histstore import InvalidMessage, Message, indexed_text
+from histstore.envelopes import adk_role
 
 from . import _unwrap
-from ._roles import adk_role
 
 __all__ = [
     "APP",
@@ -153,7 +153,7 @@ def merged_state(
 
 def event_record(event: Event) -> dict[str, Any]:
     """The histstore message (as a dict) that stores one event: the event's JSON in an
-    envelope, with the event's role (``_roles.adk_role``) when it has content."""
+    envelope, with the event's role (``histstore.envelopes.adk_role``) when it has content."""
     data = event.model_dump(mode="json", exclude_none=True)
     role = adk_role(data)
     envelope = {"type": EVENT_TYPE, "event": data}

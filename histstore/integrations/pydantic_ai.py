@@ -32,9 +32,9 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from histstore import InvalidMessage, Message, Store, WindowTooSmall, indexed_text, validate_id
+from histstore.envelopes import pydantic_ai_role
 
 from . import StoreTarget, _missing_framework, _StoreAdapter, _StoreHandle, _unwrap
-from ._roles import pydantic_ai_role
 
 try:
     from pydantic_ai.messages import (

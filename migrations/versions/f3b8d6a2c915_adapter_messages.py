@@ -3,7 +3,7 @@
 The ADK and Pydantic AI adapters store a framework message in an envelope,
 ``{"type": "adk_event", "event": {...}}`` and ``{"type": "pydantic_ai", "message":
 {...}}``. They now write the message's ``role`` (user, assistant, system, tool) into the
-envelope (``histstore.integrations._roles``) and its text is indexed
+envelope (``histstore.envelopes``) and its text is indexed
 (``histstore._core.framework_text``); LangChain tool-call ``args`` and a few more
 Responses items (``mcp_call``, ``shell_call_output``, ...) are indexed too.
 
@@ -20,8 +20,8 @@ richer search text (harmless: it is only what search finds them by; the older
 histstore's ``histstore reindex`` recomputes it).
 
 Offline (``--sql``) nothing of this can run (it is Python): the script names
-``histstore reindex``, which fills the search text; the envelopes stored before then
-keep no role key (the adapters read them the same; their role column stays their type).
+``histstore reindex``, which does the same for every row (``_ops.text_search.as_written``:
+the envelope's role, its role column, the search text).
 
 Revision ID: f3b8d6a2c915
 Revises: e2a7c9d41f06
@@ -42,7 +42,7 @@ from histstore._core import codec
 from histstore._core.framework_text import envelope
 from histstore._core.rules import role_key
 from histstore._core.search_text import indexed_text
-from histstore.integrations._roles import adk_role, pydantic_ai_role
+from histstore.envelopes import adk_role, pydantic_ai_role
 
 revision: str = "f3b8d6a2c915"
 down_revision: str | None = "e2a7c9d41f06"

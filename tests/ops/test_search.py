@@ -15,7 +15,7 @@ from faults import Faults
 from helpers import new_id, stable_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import text, update
+from sqlalchemy import select, text, update
 
 import histstore
 import histstore.admin
@@ -595,14 +595,37 @@ async def test_reindex_fills_text_the_schema_could_not(store: Store) -> None:
 async def test_reindex_indexes_adapter_envelopes_stored_without_roles(
     store: Store, cid: str
 ) -> None:
-    """Envelopes an older adapter stored (no role key) get their text from ``reindex``."""
+    """Envelopes stored without their role key (by an older adapter, or before the
+    output of ``migrate --sql`` that could not compute it) get their role and their
+    text from ``reindex``, as the online upgrade gives them."""
     event = {"author": "u", "content": {"role": "user", "parts": [{"text": "marmot"}]}}
-    await store.write(cid, [{"type": "adk_event", "event": event}])
+    reply = {"kind": "response", "parts": [{"part_kind": "text", "content": "badger"}]}
+    no_message = {"author": "agent", "actions": {"state_delta": {"k": 1}}}
+    stored = [
+        {"type": "adk_event", "event": event},
+        {"type": "pydantic_ai", "message": reply},
+        {"type": "adk_event", "event": no_message},
+    ]
+    await store.write(cid, stored)
     async with store.engine.begin() as conn:
         await conn.execute(update(_schema.messages).values(search_text=None))
     assert await store.search("marmot", conversation=cid) == []
-    assert await histstore.admin.reindex(store) >= 1
+    assert await histstore.admin.reindex(store) == 2
     assert [h.position for h in await store.search("marmot", conversation=cid)] == [0]
+    assert [h.position for h in await store.search("badger", conversation=cid)] == [1]
+    messages = await store.read(cid)
+    assert [m.to_dict() for m in messages] == [
+        {"role": "user", **stored[0]},
+        {"role": "assistant", **stored[1]},
+        stored[2],  # an event with no message gets no role
+    ]
+    assert list(messages[0].to_dict()) == ["role", "type", "event"]  # the role first
+    async with store.engine.connect() as conn:
+        roles = await conn.execute(
+            select(_schema.messages.c.role).order_by(_schema.messages.c.position)
+        )
+        assert [r[0] for r in roles] == ["user", "assistant", "adk_event"]
+    assert await histstore.admin.reindex(store) == 0
 
 
 @pytest.mark.parametrize("by_conversation", [False, True])

@@ -23,7 +23,7 @@ import pytest
 from alembic import command
 from cli_runner import Result, run, run_subprocess
 from helpers import empty_pg_database
-from sqlalchemy import Column, MetaData, Table, insert, inspect, text
+from sqlalchemy import Column, MetaData, Table, insert, inspect, select, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
@@ -48,7 +48,14 @@ SHAPES: list[dict[str, Any]] = [
     {"type": "function_call", "call_id": "x", "name": "f", "arguments": '{"q": "orca"}'},
     {"type": "reasoning", "id": "r", "summary": []},
 ]
-CONVERSATIONS = {"c0": 5, "c1": 2, "empty": 0}
+# An ADK event as the adapter stored it before revision f3b8d6a2c915: no role key. Every
+# upgrade, online or by ``--sql`` then ``histstore reindex``, gives it its role.
+ENVELOPE: dict[str, Any] = {
+    "type": "adk_event",
+    "event": {"author": "agent", "content": {"role": "model", "parts": [{"text": "sunny"}]}},
+}
+ENVELOPE_ROLES = "f3b8d6a2c915"
+CONVERSATIONS = {"c0": 5, "c1": 2, "empty": 0, "adk": 1}
 METADATA: dict[str, dict[str, Any]] = {"c0": {"topic": "whales", "n": [1, 2]}, "c1": {"": None}}
 
 
@@ -113,8 +120,18 @@ async def upgrade_to(url: str, revision: str, schema: str | None = None) -> None
         await conn.run_sync(run)
 
 
-def _values(name: str, cid: str, n: int, *, key: str = "", value: Any = None, p: int = 0) -> Any:
-    """Every value a row of table ``name`` may hold at some revision, by column."""
+def _values(
+    name: str,
+    cid: str,
+    n: int,
+    *,
+    key: str = "",
+    value: Any = None,
+    p: int = 0,
+    enveloped_roles: bool = False,
+) -> Any:
+    """Every value a row of table ``name`` may hold at some revision, by column
+    (``enveloped_roles``: the revision's adapters give an envelope its role)."""
     if name == "histstore_conversations":
         return {
             "id": cid,
@@ -130,11 +147,13 @@ def _values(name: str, cid: str, n: int, *, key: str = "", value: Any = None, p:
         }
     if name == "histstore_messages":
         shape = SHAPES[p % len(SHAPES)]
+        if cid == "adk":
+            shape = {"role": "assistant", **ENVELOPE} if enveloped_roles else ENVELOPE
         return {
             "conversation_id": cid,
             "position": p,
             "role": shape.get("role"),
-            "data": json.dumps(shape),
+            "data": json.dumps(shape, ensure_ascii=False, separators=(",", ":")),  # as stored
             "token_count": None,
             "created_at": NOW,
             "search_text": indexed_text(shape),
@@ -165,6 +184,9 @@ def _seed(conn: Connection, schema: str | None) -> None:
     has, typed as histstore types them; a required column this test does not know is
     a failure that names it."""
     present = set(inspect(conn).get_table_names(schema=schema))
+    version = Table(_schema.VERSION_TABLE, MetaData(), Column("version_num"), schema=schema)
+    current = conn.execute(select(version.c.version_num)).scalar_one()
+    roles = REVISIONS.index(current) >= REVISIONS.index(ENVELOPE_ROLES)
     reflected = MetaData()
     tables: dict[str, Table] = {}
     for name in ("histstore_conversations", "histstore_messages", "histstore_metadata"):
@@ -198,7 +220,10 @@ def _seed(conn: Connection, schema: str | None) -> None:
 
     for cid, n in CONVERSATIONS.items():
         put("histstore_conversations", [_values("histstore_conversations", cid, n)])
-        put("histstore_messages", [_values("histstore_messages", cid, n, p=p) for p in range(n)])
+        put(
+            "histstore_messages",
+            [_values("histstore_messages", cid, n, p=p, enveloped_roles=roles) for p in range(n)],
+        )
         if n:
             put("histstore_changes", [_values("histstore_changes", cid, n)])
         entries = METADATA.get(cid, {})
@@ -217,8 +242,12 @@ async def assert_data_reads_back(url: str, schema: str | None = None) -> None:
     async with histstore.connect(url, schema=schema) as store:  # checks the schema is at head
         for cid, n in CONVERSATIONS.items():
             stored = await store.read(cid)
+            if cid == "adk":
+                assert [m.to_dict() for m in stored] == [{"role": "assistant", **ENVELOPE}]
+                continue
             assert [m.to_dict() for m in stored] == [SHAPES[p % len(SHAPES)] for p in range(n)]
             assert await store.metadata(cid) == METADATA.get(cid, {})
+        assert [h.conversation for h in await store.search("sunny")] == ["adk"]
         walrus = await store.search("walrus", limit=20)
         assert sorted(h.conversation for h in walrus) == ["c0", "c0", "c1"]
         await store.write("c1", [{"role": "user", "content": "after the upgrade"}])

@@ -399,7 +399,13 @@ class Statements:
         self.search = {by: compile_(_dialects.search(dialect, scoped, by)) for by in (False, True)}
         # Reindexing walks messages in key order, a page after (after_c, after_p).
         page = (
-            select(_msg.c.conversation_id, _msg.c.position, _msg.c.data, _msg.c.search_text)
+            select(
+                _msg.c.conversation_id,
+                _msg.c.position,
+                _msg.c.role,
+                _msg.c.data,
+                _msg.c.search_text,
+            )
             .where(
                 tuple_(_msg.c.conversation_id, _msg.c.position)
                 > tuple_(
@@ -415,11 +421,19 @@ class Statements:
                 exists().where(_conv.c.id == _msg.c.conversation_id, _conv.c.owner == owner)
             )
         self.reindex_page = compile_(page)
-        self.set_search_text = compile_(
+        # A row as a write stores it now (``reindex``): only while it still holds the
+        # JSON it was read with (``old_``), so a message moved or replaced meanwhile is
+        # left as it is.
+        self.set_indexed = compile_(
             update(_msg)
             .where(
                 _msg.c.conversation_id == bindparam("c_", type_=_msg.c.conversation_id.type),
                 _msg.c.position == bindparam("p_", type_=BigInteger),
+                _msg.c.data == bindparam("old_", type_=_msg.c.data.type),
             )
-            .values(search_text=bindparam("t_", type_=_msg.c.search_text.type))
+            .values(
+                search_text=bindparam("t_", type_=_msg.c.search_text.type),
+                role=bindparam("r_", type_=_msg.c.role.type),
+                data=bindparam("d_", type_=_msg.c.data.type),
+            )
         )

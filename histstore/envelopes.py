@@ -1,19 +1,26 @@
-"""The ``role`` an adapter stores beside a framework message in its envelope.
+"""The ``role`` histstore's framework adapters store beside a framework message in its
+envelope.
 
-Pure JSON, no framework import: the adapters call these on the JSON they store, and the
-migration that gave the envelopes stored before it their role (``migrations/versions``)
-calls them on the stored JSON, so both agree. The role is histstore's (``user``,
-``assistant``, ``system``, ``tool``), in the framework's meaning; it is what the
-``role`` column, ``histstore.turns``, ``WindowStore``, ``compact`` and ``histstore
-show`` go by. Reading an envelope back ignores it.
+Two adapters keep a framework message in an envelope, because the framework's own JSON
+has no histstore ``role``: ``{"role": ..., "type": "adk_event", "event": {...}}`` (an
+ADK event) and ``{"role": ..., "type": "pydantic_ai", "message": {...}}`` (a Pydantic AI
+message). The role is histstore's (``user``, ``assistant``, ``system``, ``tool``), in
+the framework's meaning; it is what the ``role`` column, ``histstore.turns``,
+``WindowStore``, ``compact`` and ``histstore show`` go by. Reading an envelope back
+ignores it.
+
+Pure JSON, no framework import: the adapters call these on the JSON they store, the
+migration that gave the envelopes stored before it their role calls them on the stored
+JSON, and ``histstore reindex`` (after ``histstore migrate --sql``) does too, so all
+agree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["adk_role", "pydantic_ai_role"]
+__all__ = ["ROLES", "adk_role", "pydantic_ai_role"]
 
 # Pydantic AI request parts that answer the previous response (a tool result, a retried
 # tool call, feedback on unusable output): such a request is a tool result, not a turn.
@@ -60,3 +67,10 @@ def pydantic_ai_role(message: Mapping[str, Any]) -> str:
     if kinds == {"system-prompt"}:
         return "system"
     return "user"
+
+
+ROLES: Mapping[str, Callable[[Mapping[str, Any]], str | None]] = {
+    "adk_event": adk_role,
+    "pydantic_ai": pydantic_ai_role,
+}
+"""Envelope ``type`` -> the role of the framework JSON it holds (``None``: no message)."""
