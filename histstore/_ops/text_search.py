@@ -51,9 +51,10 @@ class TextSearch:
 
     async def reindex(self, batch: int, progress: Callable[[int], None] | None = None) -> int:
         """Make every visible message's row what a write stores now (see ``as_written``),
-        ``batch`` messages per transaction; returns how many changed. ``progress(messages
-        read so far)`` after every batch. A row whose JSON changed between its read and
-        its update (a concurrent edit) is left as it is."""
+        ``batch`` messages per transaction; returns how many it found to change.
+        ``progress(messages read so far)`` after every batch. A row whose JSON changed
+        between its read and its update (a concurrent edit) is left as the edit made it
+        (and still counted: the next run finds nothing to change)."""
         _rules.positive(batch, "batch")
         ctx = self._ctx
         sql = ctx.sql

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import Backend
 from faults import Faults
 from helpers import new_id, stable_id
 from hypothesis import HealthCheck, given, settings
@@ -625,6 +626,33 @@ async def test_reindex_indexes_adapter_envelopes_stored_without_roles(
             select(_schema.messages.c.role).order_by(_schema.messages.c.position)
         )
         assert [r[0] for r in roles] == ["user", "assistant", "adk_event"]
+    assert await histstore.admin.reindex(store) == 0
+
+
+async def test_reindex_leaves_a_message_replaced_under_it(
+    backend: Backend, store: Store, cid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A message replaced between reindex's read and its update keeps the new one."""
+    if not backend.shared or backend.name.startswith("sqlite"):
+        pytest.skip("SQLite's reindex holds the write lock from its read to its update")
+    event = {"author": "u", "content": {"role": "user", "parts": [{"text": "marmot"}]}}
+    await store.write(cid, [{"type": "adk_event", "event": event}])
+    driver = store.internals.executor.driver
+    page, fetch = store.internals.sql.reindex_page, driver.fetch
+
+    async def fetch_then_replace(*args: Any, **kwargs: Any) -> Any:
+        rows = await fetch(*args, **kwargs)
+        if args[1] is page and rows:
+            async with backend.connect() as other:
+                await other.clear(cid)
+                await other.write(cid, [{"role": "user", "content": "replaced"}])
+        return rows
+
+    monkeypatch.setattr(driver, "fetch", fetch_then_replace)
+    await histstore.admin.reindex(store)
+    assert [m.to_dict() for m in await store.read(cid)] == [{"role": "user", "content": "replaced"}]
+    monkeypatch.undo()
+    assert [h.position for h in await store.search("replaced", conversation=cid)] == [0]
     assert await histstore.admin.reindex(store) == 0
 
 
