@@ -403,6 +403,30 @@ async def test_values_are_stored_once_per_version(store):
     assert count == 2  # the old "b" went with the checkpoint that read it
 
 
+async def test_only_checkpoints_past_a_megabyte_are_decoded_off_the_loop(store, monkeypatch):
+    """Decoding holds the GIL, so a worker thread pays off only for very large
+    checkpoints; smaller ones are decoded on the loop, as LangGraph's own savers do."""
+    from histstore.integrations import langgraph as module
+
+    decoded_on: list[int] = []
+    real_load = module.load
+
+    def recording_load(*args: Any) -> Any:
+        decoded_on.append(threading.get_ident())
+        return real_load(*args)
+
+    monkeypatch.setattr(module, "load", recording_load)
+    saver = HiststoreSaver(store)
+    for size, in_thread in ((100_000, False), (1_500_000, True)):
+        values = {"items": ["x" * 1000 for _ in range(size // 1000)]}
+        stored = await put(saver, new_thread(), values=values)
+        decoded_on.clear()
+        got = await saver.aget_tuple(stored)
+        assert got is not None
+        assert got.checkpoint["channel_values"] == values
+        assert (decoded_on != [threading.get_ident()]) is in_thread, size
+
+
 async def test_versions_increase_and_differ_between_branches(store):
     saver = HiststoreSaver(store)
     one = saver.get_next_version(None, None)
