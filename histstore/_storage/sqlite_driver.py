@@ -197,7 +197,8 @@ MAX_ROWS = 256
 """Rows of one multi-row INSERT at most (see ``execute_many``)."""
 
 _VALUES = re.compile(r"\bVALUES (\((?:\?, )*\?\))")
-_DEFAULT_MAX_VARIABLES = 999  # SQLite's limit before 3.32, where it cannot be asked
+# Bound parameters of one statement at most: SQLite's default limit (999 before 3.32).
+_MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32) else 999
 
 
 def execute_many(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
@@ -211,14 +212,10 @@ def execute_many(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any
     ``executemany`` of a batch of messages made a segment per message (and the merges
     that follow), where one statement makes one. Other statements run as they are.
     """
-    group = _values_group(sql) if len(rows) > 1 else None
-    if group is None:
+    cap = _rows_per_statement(sql) if len(rows) > 1 else 0
+    if cap < 2:
         conn.executemany(sql, rows)
         return
-    width = group[1]
-    getlimit = getattr(conn, "getlimit", None)  # Python 3.11+
-    variables = _DEFAULT_MAX_VARIABLES if getlimit is None else getlimit(_LIMIT_VARIABLES)
-    cap = _power_of_two_below(min(MAX_ROWS, max(1, variables // width)) + 1)
     done = 0
     while done < len(rows):
         n = _power_of_two_below(min(cap, len(rows) - done) + 1)
@@ -230,25 +227,33 @@ def execute_many(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any
         done += n
 
 
-_LIMIT_VARIABLES = getattr(sqlite3, "SQLITE_LIMIT_VARIABLE_NUMBER", 9)
-
-
 def _power_of_two_below(n: int) -> int:
     """The largest power of two under ``n`` (``n`` > 1)."""
     return 1 << ((n - 1).bit_length() - 1)
 
 
 @lru_cache(maxsize=256)
-def _values_group(sql: str) -> tuple[str, int] | None:
-    """The one ``VALUES (?, ...)`` group of an INSERT whose every parameter is in it,
-    and its width; ``None`` for any other statement."""
+def _values_group(sql: str) -> str | None:
+    """The one ``VALUES (?, ...)`` group of an INSERT whose every parameter is in it;
+    ``None`` for any other statement."""
     if not sql.lstrip().upper().startswith("INSERT"):
         return None
     found = _VALUES.findall(sql)
     if len(found) != 1:
         return None
-    width = found[0].count("?")
-    return (found[0], width) if sql.count("?") == width else None
+    return found[0] if sql.count("?") == found[0].count("?") else None
+
+
+@lru_cache(maxsize=256)
+def _rows_per_statement(sql: str) -> int:
+    """How many rows of ``sql`` one multi-row INSERT takes (a power of two up to
+    ``MAX_ROWS``, under the parameter limit); 0 for a statement that is not such an
+    INSERT (see ``_values_group``)."""
+    group = _values_group(sql)
+    if group is None:
+        return 0
+    fits = max(1, _MAX_VARIABLES // group.count("?"))
+    return _power_of_two_below(min(MAX_ROWS, fits) + 1)
 
 
 @lru_cache(maxsize=256)
@@ -256,7 +261,7 @@ def _multi_row(sql: str, rows: int) -> str:
     """``sql`` (see ``_values_group``) inserting ``rows`` rows of arguments at once."""
     group = _values_group(sql)
     assert group is not None
-    return _VALUES.sub(lambda _: "VALUES " + ", ".join([group[0]] * rows), sql, count=1)
+    return _VALUES.sub(lambda _: "VALUES " + ", ".join([group] * rows), sql, count=1)
 
 
 _SQLITE_BUSY = 5

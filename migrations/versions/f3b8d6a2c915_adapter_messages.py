@@ -8,9 +8,10 @@ envelope (``histstore.envelopes``) and its text is indexed
 Responses items (``mcp_call``, ``shell_call_output``, ...) are indexed too.
 
 Upgrade: every stored row that may hold one of those (a ``LIKE`` on its JSON finds the
-candidates, Python decides) gets what a write of it stores now: an envelope its
-``role`` key (as the first key) and ``role`` column, and every candidate its
-``search_text`` as ``indexed_text`` computes it now, which also updates the full-text
+candidates, Python decides) gets what a write of it stores now, as ``histstore
+reindex`` gives it (``_ops.text_search.as_written``): an envelope its ``role`` key (as
+the first key) and ``role`` column, and every candidate its ``search_text`` as
+``indexed_text`` computes it now, which also updates the full-text
 index (SQLite: the FTS5 triggers; PostgreSQL: the generated ``search_vector``). Rows are
 read ``BATCH`` at a time in key order, so a large table is never held in memory.
 
@@ -41,8 +42,7 @@ from alembic import op
 from histstore._core import codec
 from histstore._core.framework_text import envelope
 from histstore._core.rules import role_key
-from histstore._core.search_text import indexed_text
-from histstore.envelopes import adk_role, pydantic_ai_role
+from histstore._ops.text_search import as_written
 
 revision: str = "f3b8d6a2c915"
 down_revision: str | None = "e2a7c9d41f06"
@@ -80,24 +80,7 @@ _CANDIDATES = (
     '%"type":"local_shell_call_output"%',
     '%"type":"shell_call_output"%',
 )
-_ROLES: dict[str, Callable[[dict[str, Any]], str | None]] = {
-    "adk_event": adk_role,
-    "pydantic_ai": pydantic_ai_role,
-}
-
 Row = dict[str, Any]
-
-
-def _upgraded(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """A row's JSON as a write stores it now, and its role column."""
-    framework = envelope(data)
-    if framework is None:
-        return data, _role_column(data)
-    kind, inner = framework
-    rest = {k: v for k, v in data.items() if k != "role"}
-    role = _ROLES[kind](inner)
-    new = rest if role is None else {"role": role, **rest}
-    return new, _role_column(new)
 
 
 def _downgraded(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
@@ -155,10 +138,8 @@ def _rewrite(patterns: Sequence[str], convert: Callable[[Row], Row | None]) -> N
 
 
 def _to_head(row: Row) -> Row:
-    stored = json.loads(row["d"])
-    data, role = _upgraded(stored)
-    text = row["d"] if data is stored else codec.encode(data, what="message")[0]
-    return {"r": role, "d": text, "t": indexed_text(data)}
+    data, role, text = as_written(row["d"])
+    return {"r": role, "d": data, "t": text}
 
 
 def _to_previous(row: Row) -> Row | None:
