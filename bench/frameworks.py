@@ -9,7 +9,13 @@ langgraph-checkpoint-postgres) on fresh databases, timing
 * ``alist(limit=10)``: the thread's ten newest checkpoints (state history);
 
 on threads of 10 and of 1,000 checkpoints, reporting the mean and p99 of each and the
-ratio of the means (histstore / LangGraph; target <= 1.0). Two thread shapes:
+ratio of the means (histstore / LangGraph; target <= 1.0). The savers take turns at
+each sample. Before a case is timed, what the process holds is frozen for the garbage
+collector (``gc.freeze()``), so a collection walks only what the timed calls allocated:
+otherwise a full collection walks the whole process (about 70 ms here: the libraries,
+the harness's messages) and lands on whichever saver's call crosses the threshold, which
+with 200 samples moves a mean by about 10% either way (``--no-freeze`` to see it). Two
+thread shapes:
 
 * ``chat``: every checkpoint holds the whole conversation (LangChain messages, about
   200 bytes each), one message longer than the previous one, as ``add_messages`` makes
@@ -32,6 +38,7 @@ whole conversation at every checkpoint); ``--quick`` uses threads of 10 and 100.
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 import sys
 import tempfile
@@ -90,6 +97,7 @@ class Config:
     shapes: tuple[str, ...]
     turns: int
     threads: int
+    freeze: bool = True
 
 
 Saver = BaseCheckpointSaver[Any]
@@ -149,7 +157,7 @@ async def timed(call: Callable[[], Awaitable[Any]]) -> float:
 
 
 async def measure(
-    savers: dict[str, Saver], shape: str, size: int, samples: int
+    savers: dict[str, Saver], shape: str, size: int, samples: int, freeze: bool = True
 ) -> dict[str, dict[str, Any]]:
     """Every op's mean and p99 per saver on threads of ``size`` checkpoints. The savers
     take turns at each sample (in alternating order), so a machine busy with other work
@@ -175,6 +183,9 @@ async def measure(
         for name in names:
             for read in reads.values():
                 await read(name)
+    if freeze:  # see the module's docstring
+        gc.collect()
+        gc.freeze()
     for op, read in reads.items():
         deadline = time.perf_counter() + BUDGET_S
         for i in range(samples):
@@ -197,6 +208,7 @@ async def measure(
                 threads[name] = await Thread(savers[name], shape).fill(size)
             times[name][OPS[0]].append(await timed(threads[name].step))
         done += 1
+    gc.unfreeze()
     return {
         name: {
             op: {"mean_us": sum(t) / len(t) * 1e6, "p99_us": percentile(t, 99) * 1e6}
@@ -288,7 +300,7 @@ async def speed(savers: dict[str, Saver], cfg: Config) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for shape in cfg.shapes:
         for size in cfg.sizes:
-            out[f"{shape}/{size}"] = await measure(savers, shape, size, cfg.samples)
+            out[f"{shape}/{size}"] = await measure(savers, shape, size, cfg.samples, cfg.freeze)
     return out
 
 
@@ -371,7 +383,8 @@ def report(results: dict[str, dict[str, Any]], cfg: Config) -> str:
     ]
     lines = [
         f"histstore HiststoreSaver vs LangGraph's own saver, up to {cfg.samples} samples per"
-        f" op (at least {MIN_SAMPLES}, for about {BUDGET_S:.0f} s)",
+        f" op (at least {MIN_SAMPLES}, for about {BUDGET_S:.0f} s)"
+        + ("" if cfg.freeze else "; objects not frozen (--no-freeze)"),
         render_table(headers, rows),
         "",
         f"storage after {cfg.turns} chat turns (a StateGraph(MessagesState)), per thread",
@@ -399,6 +412,11 @@ def report(results: dict[str, dict[str, Any]], cfg: Config) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser(__doc__ or "")
     parser.add_argument("--samples", type=int, default=None, help="timed calls per op")
+    parser.add_argument(
+        "--no-freeze",
+        action="store_true",
+        help="leave the process's objects to every garbage collection (see above)",
+    )
     args = parser.parse_args(argv)
     cfg = Config(
         sizes=(10, 100) if args.quick else (10, 1_000),
@@ -406,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shapes=("chat",) if args.quick else ("chat", "window"),
         turns=20 if args.quick else 200,
         threads=1 if args.quick else 2,
+        freeze=not args.no_freeze,
     )
     return run_and_report(
         args,

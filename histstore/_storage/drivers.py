@@ -237,6 +237,12 @@ class Driver:
         """Whether the driver already knows the connection is gone (no round trip)."""
         return False
 
+    async def settle(self, conn: Any) -> bool:
+        """After a caller was cancelled during a call on ``conn``: wait until that call
+        has ended; whether ``conn`` may then be reused. ``False`` here: a call cut off
+        half way leaves the connection in a state nobody knows."""
+        return False
+
     async def run(
         self,
         conn: Any,

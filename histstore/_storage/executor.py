@@ -222,8 +222,15 @@ class Executor:
                 if not healthy:
                     await greenlet_spawn(raw.invalidate)
                 raise
+            except asyncio.CancelledError:
+                # Cancelled during a driver call: reused only once the driver has seen
+                # the call end with the connection clean (SQLite), else dropped.
+                healthy = await self.driver.settle(conn)
+                if not healthy:
+                    await greenlet_spawn(raw.invalidate)
+                raise
             except BaseException:
-                # Cancelled half way through a driver call: its state is unknown.
+                # Interrupted half way through a driver call: its state is unknown.
                 await greenlet_spawn(raw.invalidate)
                 raise
             healthy = True

@@ -8,8 +8,9 @@ transaction itself (the write lock not taken, a failed COMMIT) is every member's
 failure, with the same ``phase`` as a transaction of its own. A program runs after the
 programs queued before it and sees what they wrote, as in turns.
 
-Writers do not wait for a group to form: the first writer runs alone at once, and the
-writers that arrive while a transaction runs go together in the next one.
+Writers do not wait for a group to form: a writer that finds nobody writing or waiting
+runs its program at once, in its own task, and the writers that arrive while a
+transaction runs go together in the next one, run by a task of the store.
 
 Checkpoints, too, are taken off the writers' path: SQLite's own (every 1,000 WAL pages,
 run by the commit that crosses the mark) cost that one write a few milliseconds of
@@ -82,7 +83,9 @@ class GroupCommit:
         self._run_group = run_group
         self._checkpoint = checkpoint
         self._queue: deque[_Member[Any]] = deque()
-        self._leader: asyncio.Task[None] | None = None
+        # The task running groups; or, while a lone writer runs its own, a future that
+        # ends with it (see ``_run_alone``).
+        self._leader: asyncio.Future[None] | None = None
         self._groups = 0  # committed since the last background checkpoint
         self._every = FIRST_EVERY  # groups between two background checkpoints
         self._checkpointing: asyncio.Task[None] | None = None
@@ -94,6 +97,8 @@ class GroupCommit:
         member: _Member[T] = _Member(
             program, action, conversation, asyncio.get_running_loop().create_future()
         )
+        if _idle(self._leader) and not self._queue:
+            return await self._run_alone(member)
         self._queue.append(member)
         if _idle(self._leader):
             self._leader = asyncio.ensure_future(self._lead())
@@ -106,6 +111,25 @@ class GroupCommit:
             else:
                 await finish_then_cancel(member.done)
             raise
+
+    async def _run_alone(self, member: _Member[T]) -> T:
+        """Run the program of a writer that found nobody writing or waiting, in the
+        writer's own task: a group of one, without a task to start and a result to
+        hand over (most writes of a store that is not busy). Writers arriving meanwhile
+        queue for the next group, whose leader starts when this one ends. A cancelled
+        writer sees its ``CancelledError`` once the transaction has ended: the
+        connection settles first (``Executor._connection``)."""
+        running = asyncio.get_running_loop().create_future()
+        self._leader = running
+        member.started = True
+        try:
+            await self._run([member])
+        finally:
+            running.set_result(None)
+            self._leader = None
+            if self._queue:
+                self._leader = asyncio.ensure_future(self._lead())
+        return member.done.result()
 
     async def _lead(self) -> None:
         try:
@@ -181,7 +205,7 @@ class GroupCommit:
             await asyncio.wait(running)
 
 
-def _idle(task: asyncio.Task[None] | None) -> bool:
+def _idle(task: asyncio.Future[None] | None) -> bool:
     """No task, or one that has ended (even one cancelled before it ever ran)."""
     return task is None or task.done()
 

@@ -9,6 +9,7 @@ never broken (``aiosqlite_one_trip``).
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 import sqlite3
@@ -88,6 +89,24 @@ class SqliteDriver(Driver):
             snapshot,
         )
 
+    async def settle(self, conn: Any) -> bool:
+        """aiosqlite runs the calls queued on a connection's thread in order, each to its
+        end, whether or not its caller still waits: once a call queued now has run,
+        every earlier one has ended (a whole program commits or rolls back within its
+        call). Reusable then when no transaction was left open."""
+        if not self.one_trip:
+            return False  # its programs span several calls: one may be left half done
+        try:
+            while True:
+                try:
+                    await conn._execute(_nothing)  # noqa: SLF001 - aiosqlite's queue, see run
+                    break
+                except asyncio.CancelledError:
+                    continue  # cancelled again while waiting: the call still ends first
+            return not conn.in_transaction
+        except Exception:  # noqa: BLE001 - a connection that fails here is not reused
+            return False
+
     @staticmethod
     async def checkpoint(conn: Any) -> tuple[int, int]:
         """Copy what the WAL holds into the database file as far as readers allow
@@ -158,6 +177,10 @@ class SqliteDriver(Driver):
                 outcomes.append((True, value))
             _commit(conn, phase)
         return outcomes
+
+
+def _nothing() -> None:
+    """A call that does nothing (``SqliteDriver.settle`` queues it)."""
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from faults import Faults
 from helpers import new_id, user_msgs
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 import histstore
 from histstore import ConflictError, WriteError, WriteOutcome
@@ -164,3 +164,40 @@ async def test_a_queued_writer_cancelled_stores_all_or_nothing(shared_backend: A
         assert await store.write(c, user_msgs(1, "after")) == WriteOutcome(
             1, False, await store.count(c)
         )
+
+
+async def test_a_writer_cancelled_while_its_transaction_runs_sees_it_end_first(
+    shared_backend: Any,
+) -> None:
+    sqlite = shared_backend.name == "sqlite-file"
+    async with shared_backend.connect() as store:
+        c = new_id()
+        await store.write(c, user_msgs(1, "a"))
+        opened: list[object] = []
+        event.listen(store.engine.sync_engine, "connect", lambda *_: opened.append(1))
+        async with writers_held(shared_backend, c):
+            running = asyncio.ensure_future(store.write(c, user_msgs(3, "b")))
+            await asyncio.sleep(0.05)
+            running.cancel()
+            await asyncio.sleep(0.05)
+            if sqlite:
+                assert not running.done()  # its transaction still waits for the lock
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        whole = ["a-0", "b-0", "b-1", "b-2"]
+        if sqlite:
+            # It had begun: it ran to its end before the caller saw the cancel, and its
+            # connection, left clean, is kept (not closed and opened again).
+            assert [m.content for m in await store.read(c)] == whole
+            assert not opened
+        else:
+            # One statement, its own transaction: cut off, its outcome is the server's.
+            for _ in range(100):
+                if await store.count(c) == 4:
+                    break
+                await asyncio.sleep(0.02)
+            assert [m.content for m in await store.read(c)] in (whole, whole[:1])
+        # The store goes on, with the writer's connection and the others.
+        before = await store.count(c)
+        await asyncio.gather(*(store.write(c, user_msgs(1, f"n{i}")) for i in range(5)))
+        assert await store.count(c) == before + 5
