@@ -41,12 +41,27 @@ def encode(value: object, *, what: str = "value") -> tuple[str, Any, int]:
     try:
         text = _encoder.encode(value)
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
+        if type(value) is dict and _flat(value):
+            return text, dict(value), size
         copy = json.loads(text)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidMessage(f"{what} is not storable JSON ({type(exc).__name__})") from None
     if copy != value:
         raise InvalidMessage(f"{what} does not survive a JSON round trip unchanged")
     return text, copy, size
+
+
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+"""Types whose JSON text decodes to an equal value of the same type (the encoder has
+already refused non-finite floats and, by the UTF-8 size, lone surrogates)."""
+
+
+def _flat(value: dict[Any, Any]) -> bool:
+    """Whether ``value`` is an object of plain scalars under string keys (most chat
+    messages): its round trip is then the identity, and a shallow copy is a private
+    decoded copy, without decoding the text again."""
+    scalars = _SCALARS
+    return all(type(k) is str and type(v) in scalars for k, v in value.items())
 
 
 def encode_decoded(value: object, *, what: str = "value") -> tuple[str, int]:

@@ -268,6 +268,34 @@ def test_any_json_round_trips_through_message(content: Any, extra: dict[str, Any
     assert Message.from_dict(m.to_dict()) == m
 
 
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+
+
+@given(extra=st.dictionaries(st.text(), _SCALARS, max_size=6))
+def test_a_flat_message_holds_what_its_json_decodes_to_and_its_own_copy(
+    extra: dict[str, Any],
+) -> None:
+    # An object of scalars skips decoding its text again: what it holds must still be
+    # exactly what the text decodes to (same values, same types), and the caller's
+    # dict stays the caller's.
+    d = {**extra, "role": "user"}
+    m = Message.from_dict(d)
+    decoded = json.loads(json.dumps(d, ensure_ascii=False))
+    got = m.to_dict()
+    assert got == decoded
+    assert [(k, type(v)) for k, v in got.items()] == [(k, type(v)) for k, v in decoded.items()]
+    d["role"] = "changed"
+    d["added"] = 1
+    assert m.role == "user"
+    assert m.to_dict() == decoded
+
+
 def _special_values() -> list[Any]:
     return [
         "nul \u0000 inside",
