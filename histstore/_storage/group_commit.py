@@ -15,12 +15,16 @@ transaction runs go together in the next one, run by a task of the store.
 Checkpoints, too, are taken off the writers' path: SQLite's own (every 1,000 WAL pages,
 run by the commit that crosses the mark) cost that one write a few milliseconds of
 copying and fsync. Here a task of the store runs a ``PASSIVE`` checkpoint on a
-connection of its own, which neither waits for nor blocks readers and writers, about
-every ``CHECKPOINT_PAGES`` WAL pages (the number of committed groups between two is
-tuned after each from the pages the WAL grew by); then, in the store's write turn, a
-second one copies the few pages written meanwhile, so that the next write restarts the
-WAL from its beginning. The connections' own automatic checkpoint stays as a net, at a
-WAL of ``engine.WAL_NET_PAGES`` pages.
+connection of its own, which neither waits for nor blocks readers and writers; then, in
+the store's write turn, a second one copies the few pages written meanwhile, so that the
+next write restarts the WAL from its beginning. It runs when the writers pause (no
+commit for ``IDLE_S``) with at least ``IDLE_PAGES`` in the WAL, or, while writes go on
+without a pause, once the WAL reaches ``CHECKPOINT_PAGES``: on a 2-core machine a
+checkpoint beside the writers slows the writes it overlaps, so it waits for the gaps
+agent traffic has (a model call between two writes) when it can. The WAL's pages are
+estimated from the committed groups (and the pages per group the last checkpoint
+measured). The connections' own automatic checkpoint stays as a net, at a WAL of
+``engine.WAL_NET_PAGES`` pages.
 """
 
 from __future__ import annotations
@@ -42,11 +46,21 @@ T = TypeVar("T")
 MAX_GROUP = 64
 """Programs in one transaction at most (the rest wait for the next one)."""
 
-CHECKPOINT_PAGES = 1000
-"""WAL pages between two background checkpoints, about (SQLite's own default)."""
+CHECKPOINT_PAGES = 4000
+"""WAL pages (about) at which a background checkpoint starts while writes go on."""
 
-FIRST_EVERY, MAX_EVERY = 32, 4096
-"""Committed groups before the first background checkpoint, and between two at most."""
+IDLE_PAGES = 256
+"""WAL pages (about) worth a background checkpoint once the writers pause."""
+
+IDLE_S = 0.01
+"""Seconds without a commit that make a pause."""
+
+FIRST_PAGES_PER_GROUP = 8.0
+"""WAL pages a committed group is taken to add until a checkpoint measures it."""
+
+MAX_GROUPS_PER_PAGE = 16
+"""The fewest pages per group a measure is taken to say (groups that rewrite one page
+still make the WAL grow)."""
 
 
 class _Member(Generic[T]):
@@ -87,7 +101,10 @@ class GroupCommit:
         # ends with it (see ``_run_alone``).
         self._leader: asyncio.Future[None] | None = None
         self._groups = 0  # committed since the last background checkpoint
-        self._every = FIRST_EVERY  # groups between two background checkpoints
+        self._per_group = FIRST_PAGES_PER_GROUP  # WAL pages a group adds, as measured
+        self._last_commit = 0.0  # the loop's time of the latest commit
+        self._pause: asyncio.TimerHandle | None = None  # looks for a pause, when armed
+        self._stopped = False
         self._checkpointing: asyncio.Task[None] | None = None
 
     async def submit(self, program: Program[T], action: str, conversation: str | None) -> T:
@@ -165,10 +182,7 @@ class GroupCommit:
                 for member in group:
                     member.done.set_exception(_failure(member, exc, name))
                 return
-        self._groups += 1
-        if self._groups >= self._every and _idle(self._checkpointing):
-            self._groups = 0
-            self._checkpointing = asyncio.ensure_future(self._checkpoint_now())
+        self._committed()
         for member, (ok, value) in zip(group, outcomes, strict=True):
             if not ok:
                 member.done.set_exception(_as_failure(member, value))
@@ -177,10 +191,43 @@ class GroupCommit:
             else:
                 member.done.set_result(value)
 
-    async def _checkpoint_now(self) -> None:
-        """A ``PASSIVE`` checkpoint, then the next one's distance; a failure is left to
-        the connections' own net."""
-        groups = self._every
+    def _committed(self) -> None:
+        """Count a committed group; start a checkpoint when the WAL is large, or look for
+        the next pause when it holds enough to copy."""
+        self._groups += 1
+        loop = asyncio.get_running_loop()
+        self._last_commit = loop.time()
+        if self._stopped or not _idle(self._checkpointing):
+            return
+        pages = self._groups * self._per_group
+        if pages >= CHECKPOINT_PAGES:
+            self._start_checkpoint()
+        elif pages >= IDLE_PAGES and self._pause is None:
+            self._pause = loop.call_later(IDLE_S, self._on_pause)
+
+    def _on_pause(self) -> None:
+        """The timer armed by ``_committed``: a checkpoint when no commit came for
+        ``IDLE_S``, else look again when that much time has passed since the last."""
+        self._pause = None
+        if self._stopped or not _idle(self._checkpointing) or not self._groups:
+            return
+        loop = asyncio.get_running_loop()
+        quiet = loop.time() - self._last_commit
+        if quiet < IDLE_S:
+            self._pause = loop.call_later(IDLE_S - quiet, self._on_pause)
+        else:
+            self._start_checkpoint()
+
+    def _start_checkpoint(self) -> None:
+        if self._pause is not None:
+            self._pause.cancel()
+            self._pause = None
+        groups, self._groups = self._groups, 0
+        self._checkpointing = asyncio.ensure_future(self._checkpoint_now(groups))
+
+    async def _checkpoint_now(self, groups: int) -> None:
+        """A ``PASSIVE`` checkpoint after ``groups`` committed groups, and what a group
+        adds to the WAL, measured; a failure is left to the connections' own net."""
         try:
             async with self._connection() as conn:
                 # The WAL's pages: what was written since the last checkpoint, which
@@ -197,10 +244,15 @@ class GroupCommit:
         finally:
             self._checkpointing = None
         if grown > 0:
-            self._every = max(1, min(MAX_EVERY, groups * CHECKPOINT_PAGES // grown))
+            self._per_group = max(grown / groups, 1 / MAX_GROUPS_PER_PAGE)
 
     async def wait_idle(self) -> None:
-        """Wait for the running group and checkpoint, if any (before the store closes)."""
+        """Wait for the running group and checkpoint, if any, and start no further
+        checkpoint (before the store closes)."""
+        self._stopped = True
+        if self._pause is not None:
+            self._pause.cancel()
+            self._pause = None
         while running := [t for t in (self._leader, self._checkpointing) if t and not t.done()]:
             await asyncio.wait(running)
 
