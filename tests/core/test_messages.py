@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from helpers import deep, json_values, new_id
+from helpers import deep, json_scalars, json_values, new_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -268,16 +268,7 @@ def test_any_json_round_trips_through_message(content: Any, extra: dict[str, Any
     assert Message.from_dict(m.to_dict()) == m
 
 
-_SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text()
-)
-
-
-@given(extra=st.dictionaries(st.text(), _SCALARS, max_size=6))
+@given(extra=st.dictionaries(st.text(), json_scalars, max_size=6))
 def test_a_flat_message_holds_what_its_json_decodes_to_and_its_own_copy(
     extra: dict[str, Any],
 ) -> None:
