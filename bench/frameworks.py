@@ -208,7 +208,8 @@ async def measure(
                 threads[name] = await Thread(savers[name], shape).fill(size)
             times[name][OPS[0]].append(await timed(threads[name].step))
         done += 1
-    gc.unfreeze()
+    if freeze:
+        gc.unfreeze()
     return {
         name: {
             op: {"mean_us": sum(t) / len(t) * 1e6, "p99_us": percentile(t, 99) * 1e6}

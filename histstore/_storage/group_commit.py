@@ -58,9 +58,9 @@ IDLE_S = 0.01
 FIRST_PAGES_PER_GROUP = 8.0
 """WAL pages a committed group is taken to add until a checkpoint measures it."""
 
-MAX_GROUPS_PER_PAGE = 16
-"""The fewest pages per group a measure is taken to say (groups that rewrite one page
-still make the WAL grow)."""
+MIN_PAGES_PER_GROUP = 1 / 16
+"""The fewest WAL pages a group is taken to add, whatever a checkpoint measured (one
+that met a WAL another process restarted meanwhile measures too few)."""
 
 
 class _Member(Generic[T]):
@@ -138,7 +138,6 @@ class GroupCommit:
         connection settles first (``Executor._connection``)."""
         running = asyncio.get_running_loop().create_future()
         self._leader = running
-        member.started = True
         try:
             await self._run([member])
         finally:
@@ -244,7 +243,7 @@ class GroupCommit:
         finally:
             self._checkpointing = None
         if grown > 0:
-            self._per_group = max(grown / groups, 1 / MAX_GROUPS_PER_PAGE)
+            self._per_group = max(grown / groups, MIN_PAGES_PER_GROUP)
 
     async def wait_idle(self) -> None:
         """Wait for the running group and checkpoint, if any, and start no further

@@ -103,7 +103,7 @@ class SqliteDriver(Driver):
                     break
                 except asyncio.CancelledError:
                     continue  # cancelled again while waiting: the call still ends first
-            return not conn.in_transaction
+            return not self.in_transaction(conn)
         except Exception:  # noqa: BLE001 - a connection that fails here is not reused
             return False
 
