@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .._core import rules as _rules
 from .._core.framework_text import envelope
 from .._core.ids import validate_id
 from .._core.models import as_message, message_data, stored_message
 from .._core.search_text import Hit, indexed_text, parse_query
-from .._storage.drivers import EXECUTE_MANY, FETCH, Program
+from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, CompiledStatement, Program
 from .._storage.rows import searchable
 from .._storage.statements import dialects as _dialects
 from ..envelopes import ROLES
@@ -29,6 +30,7 @@ class TextSearch:
         if conversation is not None:
             validate_id(conversation)
         n = _rules.argument(limit, "limit", allow_none=False)
+        assert n is not None
         ctx = self._ctx
         # A term without a letter or digit holds no word the index keeps: it is left
         # out, as punctuation between words is.
@@ -41,13 +43,38 @@ class TextSearch:
             q=_dialects.search_terms(ctx.executor.driver.dialect, terms),
             limit=n,
         )
-        stmt = ctx.sql.search[conversation is not None]
-        rows = await ctx.executor.fetch(stmt, params, action="search", conversation=conversation)
+        by = conversation is not None
+        stmt = ctx.sql.search[by]
+        if await ctx.executor.index_pending():
+            # A read-only store, with messages the full-text index lists but does not
+            # hold yet: searched through an index of their own (``_storage.search_index``).
+            program = self._with_listed(stmt, ctx.sql.search_unlisted[by], params, n)
+            rows = await ctx.executor.snapshot(program, action="search", conversation=conversation)
+        else:
+            rows = await ctx.executor.fetch(
+                stmt, params, action="search", conversation=conversation
+            )
         convert = ctx.sql.created_at
         return [
             Hit(r[0], int(r[1]), stored_message(r[2], int(r[1]), r[3], convert), float(r[4]))
             for r in rows
         ]
+
+    def _with_listed(
+        self, stmt: CompiledStatement, unlisted: CompiledStatement, params: Any, n: int
+    ) -> Program[Sequence[Any]]:
+        """The search over the full-text index and over the listed messages, the best
+        ``n`` of both (a higher score first, then by conversation and position)."""
+        pending = self._ctx.executor.pending
+        assert pending is not None
+        listed = yield FETCH, pending.listed, {}
+        rows = list((yield FETCH, stmt, params))
+        if listed:
+            yield EXECUTE, pending.temp_fts, {}
+            yield EXECUTE_MANY, pending.temp_fill, [{"r": r, "t": t} for r, t in listed]
+            rows += yield FETCH, unlisted, params
+            rows.sort(key=lambda r: (-r[4], r[0], r[1]))
+        return rows[:n]
 
     async def reindex(self, batch: int, progress: Callable[[int], None] | None = None) -> int:
         """Make every visible message's row what a write stores now (see ``as_written``),

@@ -26,9 +26,12 @@ from .completion import run_to_completion
 from .connections import ConnectionCache, release_connections
 from .dberrors import DATABASE_ERRORS, DatabaseFailure, connection_lost, failure, not_committed
 from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_dialect
-from .engine import SETTINGS_OPTION, SETUP_KEY, SqliteSettings, is_memory_url, sqlite_setup
+from .engine import SETTINGS_OPTION, SqliteSettings, is_memory_url
 from .group_commit import GroupCommit
+from .lending import LentConnection, WriteTurn
+from .search_index import PendingIndex
 from .statements import dialects as _dialects
+from .transaction import Transaction
 from .write_gate import WriteGate
 
 __all__ = ["Executor", "Transaction", "run_to_completion"]
@@ -37,34 +40,6 @@ T = TypeVar("T")
 
 _MAX_STALE = 64
 """Connections found closed that one call drops before it takes whatever comes."""
-
-
-class Transaction:
-    """A write transaction that runs several programs, one after another (import)."""
-
-    def __init__(self, executor: Executor, conn: Any, action: str) -> None:
-        self._executor = executor
-        self._conn = conn
-        self._action = action
-        self.begun = False
-        """Whether a program ran since the last commit (so there is work to undo)."""
-        self.phase = Phase()
-
-    async def run(self, program: Program[T], *, conversation: str | None = None) -> T:
-        """Run ``program`` inside the transaction (a ``Rollback`` value is an error here)."""
-        begin, self.begun = not self.begun, True
-        value = await self._executor.driver.run(
-            self._conn, program, self.phase, begin=begin, end=False
-        )
-        if isinstance(value, Rollback):
-            raise HistStoreError("a program asked to roll back a shared transaction")
-        return value
-
-    async def commit(self) -> None:
-        """Commit what the programs did (nothing to do when none ran)."""
-        if self.begun:
-            await self._executor.driver.finish(self._conn, False, self.phase)
-            self.begun = False
 
 
 class Executor:
@@ -117,11 +92,13 @@ class Executor:
         # database is one connection that the pool already hands out in turn.
         self._gated = sqlite is not None and not self._in_memory
         self._gate: WriteGate | None = None
+        self.pending: PendingIndex | None = None if sqlite is None else PendingIndex(self.driver)
+        """SQLite's pending list of the full-text index (``_storage.search_index``)."""
         self._group: GroupCommit | None = None
         if self._gated and self.driver.groups:
-            self._group = GroupCommit(
-                self._writing, self._connection, self.driver.run_group, self.driver.checkpoint
-            )
+            index = None if read_only or self.pending is None else self.pending.index
+            run, checkpoint = self.driver.run_group, self.driver.checkpoint
+            self._group = GroupCommit(self._writing, self._connection, run, checkpoint, index)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -168,13 +145,34 @@ class Executor:
         self._closed = True
         await release_connections(self._cache, self._base_engine, dispose, orphaned=orphaned)
 
+    def listed(self) -> None:
+        """A write committed outside the groups: what it listed for the full-text index
+        is indexed with the next run, or at close (``_storage.search_index``)."""
+        if self._group is not None:
+            self._group.note_listed()
+
+    async def index_pending(self) -> bool:
+        """Before a search: index SQLite's pending list (one read when it is empty), so
+        that the search finds every write that returned before it. Returns whether the
+        search must read listed messages itself (a read-only store cannot index)."""
+        pending = self.pending
+        if pending is None or not await self.fetch(pending.any, {}, action="search"):
+            return False
+        if not self.read_only:
+            program, action = pending.index(None), "indexing search text"
+            if self._group is None:
+                await self.write(program, action=action)
+            else:  # marked as the indexer's: it lists nothing (``_storage.group_commit``)
+                await self._group.submit(program, action, None, indexing=True)
+        return self.read_only
+
     def compile(self, stmt: ClauseElement) -> CompiledStatement:
         """Compile a Core statement for this store's driver."""
         return self.driver.compile(stmt)
 
     # ------------------------------------------------------------------ connections
 
-    async def _checkout(self) -> PoolProxiedConnection:
+    async def checkout(self) -> PoolProxiedConnection:
         """A connection from the cache or the pool that the driver does not know to be
         gone: one the server closed while it was idle (a restart, an idle timeout) is
         invalidated, so the pool opens a new one, before anything is sent on it.
@@ -190,78 +188,30 @@ class Executor:
             await greenlet_spawn(raw.invalidate)
         return await self._cache.get()
 
-    @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Any]:
-        """A driver connection from the cache or the pool, given back after.
+    def _connection(self) -> LentConnection:
+        """A driver connection, lent for an ``async with`` (``_storage.lending``)."""
+        return LentConnection(self)
 
-        A connection whose state is unknown after an error, or that was lost, is
-        invalidated (the pool opens another) instead of being reused.
-        """
-        raw = await self._checkout()
-        healthy = False
-        try:
-            conn = raw.driver_connection
-            assert conn is not None
-            if self._sqlite is not None and raw.info.get(SETUP_KEY) != self._sqlite:
-                for sql in sqlite_setup(self._sqlite):
-                    await self.driver.execute_sql(conn, sql)
-                raw.info[SETUP_KEY] = self._sqlite
-            try:
-                yield conn
-            except HistStoreError:
-                healthy = True  # raised by a program; its transaction has ended
-                raise
-            except Exception as exc:
-                # A failed statement or a lost server: the transaction was rolled back if
-                # the connection still answers; else never give it back to the pool (nor
-                # one that failed as lost, e.g. its protocol in a state it cannot leave).
-                try:
-                    healthy = not self.driver.in_transaction(conn) and not connection_lost(exc)
-                except Exception:  # noqa: BLE001 - any failure here means "drop it"
-                    healthy = False
-                if not healthy:
-                    await greenlet_spawn(raw.invalidate)
-                raise
-            except asyncio.CancelledError:
-                # Cancelled during a driver call: reused only once the driver has seen
-                # the call end with the connection clean (SQLite), else dropped.
-                healthy = await self.driver.settle(conn)
-                if not healthy:
-                    await greenlet_spawn(raw.invalidate)
-                raise
-            except BaseException:
-                # Interrupted half way through a driver call: its state is unknown.
-                await greenlet_spawn(raw.invalidate)
-                raise
-            healthy = True
-        finally:
-            if healthy:
-                await self._cache.put(raw)
-            else:
-                await greenlet_spawn(raw.close)
+    def _writing(self, action: str, conversation: str | None) -> WriteTurn:
+        """This store's SQLite write turn, held for an ``async with`` (nothing on
+        Postgres or in memory; see ``__init__`` and ``_storage.lending``)."""
+        return WriteTurn(self, action, conversation)
 
-    @asynccontextmanager
-    async def _writing(self, action: str, conversation: str | None) -> AsyncIterator[None]:
-        """Hold this store's SQLite write turn (nothing on Postgres; see ``__init__``).
-
-        Waiting longer than the busy timeout fails as SQLite's own busy wait would.
-        """
-        if not self._gated:
-            yield
-            return
-        if self._gate is None:
+    def write_gate(self) -> WriteGate | None:
+        """The gate of this store's SQLite write turn; ``None`` where there is none."""
+        if self._gated and self._gate is None:
             self._gate = WriteGate()
-        assert self._sqlite is not None
-        if not await self._gate.take(self._sqlite.busy_timeout_ms / 1000):
-            where = f" conversation {conversation!r}" if conversation is not None else ""
-            raise DatabaseFailure(
-                f"{action}{where} failed: database is locked (busy timeout: other writers of"
-                " this store held it)"
-            )
-        try:
-            yield
-        finally:
-            self._gate.release()
+        return self._gate
+
+    @property
+    def sqlite(self) -> SqliteSettings | None:
+        """The SQLite settings every connection gets (``None`` on Postgres)."""
+        return self._sqlite
+
+    @property
+    def cache(self) -> ConnectionCache:
+        """The connections kept between calls."""
+        return self._cache
 
     # ------------------------------------------------------------------ running
 
@@ -346,7 +296,9 @@ class Executor:
             return await self._group.submit(program, action, conversation)
         # Waiting for the write turn can be cancelled; the transaction, once begun, ends.
         async with self._writing(action, conversation):
-            return await run_to_completion(run())
+            value = await run_to_completion(run())
+        self.listed()
+        return value
 
     async def snapshot(
         self, program: Program[T], *, action: str, conversation: str | None = None
@@ -377,7 +329,7 @@ class Executor:
         self.refuse_writes(action, None)
         try:
             async with self._writing(action, None), self._connection() as conn:
-                tx = Transaction(self, conn, action)
+                tx = Transaction(self.driver, conn, self.listed)
                 try:
                     yield tx
                 except BaseException:
@@ -419,7 +371,9 @@ class Executor:
         if mode != "write":
             return await run_to_completion(transaction())
         async with self._writing(action, conversation):
-            return await run_to_completion(transaction())
+            value = await run_to_completion(transaction())
+        self.listed()
+        return value
 
     @asynccontextmanager
     async def session(self, mode: _dialects.Mode, *, action: str) -> AsyncIterator[AsyncConnection]:
@@ -431,6 +385,8 @@ class Executor:
         try:
             async with self._engines[mode].connect() as conn, conn.begin():
                 yield conn
+            if mode == "write":
+                self.listed()
         except HistStoreError:
             raise
         except DATABASE_ERRORS as exc:

@@ -25,6 +25,15 @@ agent traffic has (a model call between two writes) when it can. The WAL's pages
 estimated from the committed groups (and the pages per group the last checkpoint
 measured). The connections' own automatic checkpoint stays as a net, at a WAL of
 ``engine.WAL_NET_PAGES`` pages.
+
+The full-text index's pending list (``_storage.search_index``) is indexed in the
+background too: after ``INDEX_GROUPS`` groups that may have listed messages, and once
+more before the store closes when its writers listed any since. Each run is a write
+program of its own, queued like a writer's, indexing at most ``search_index.CHUNK``
+messages; a run that leaves more queues the next one, so writers' programs go between
+them. (Not in the writers' pauses, as checkpoints are: work started from a timer may
+begin while ``asyncio.run`` shuts the loop down, after it cancelled the program's tasks,
+and be left unfinished; the runs start from a writer's commit instead.)
 """
 
 from __future__ import annotations
@@ -55,6 +64,9 @@ IDLE_PAGES = 256
 IDLE_S = 0.01
 """Seconds without a commit that make a pause."""
 
+INDEX_GROUPS = 256
+"""Groups that may have listed messages after which the pending list is indexed."""
+
 FIRST_PAGES_PER_GROUP = 8.0
 """WAL pages a committed group is taken to add until a checkpoint measures it."""
 
@@ -64,16 +76,23 @@ that met a WAL another process restarted meanwhile measures too few)."""
 
 
 class _Member(Generic[T]):
-    __slots__ = ("action", "conversation", "done", "program", "started")
+    __slots__ = ("action", "conversation", "done", "indexing", "program", "started")
 
     def __init__(
-        self, program: Program[T], action: str, conversation: str | None, done: asyncio.Future[T]
+        self,
+        program: Program[T],
+        action: str,
+        conversation: str | None,
+        done: asyncio.Future[T],
+        indexing: bool = False,
     ) -> None:
         self.program = program
         self.action = action
         self.conversation = conversation
         self.done = done
         self.started = False
+        self.indexing = indexing
+        """A run of the indexer (which lists nothing)."""
 
 
 class GroupCommit:
@@ -82,7 +101,9 @@ class GroupCommit:
     ``writing(action, conversation)`` holds the store's write turn; ``connection()``
     lends a driver connection; ``run_group(conn, programs, phase)`` runs programs in one
     transaction and returns, per program, ``(True, value)`` or ``(False, exception)``
-    (the driver's ``run_group``).
+    (the driver's ``run_group``); ``checkpoint(conn)`` checkpoints the WAL; ``index()``,
+    when given, is a write program indexing the pending list (returns whether more may
+    be listed).
     """
 
     def __init__(
@@ -91,6 +112,7 @@ class GroupCommit:
         connection: Callable[[], AbstractAsyncContextManager[Any]],
         run_group: Callable[[Any, list[Program[Any]], Phase], Awaitable[list[tuple[bool, Any]]]],
         checkpoint: Callable[[Any], Awaitable[tuple[int, int]]],
+        index: Callable[[], Program[bool]] | None = None,
     ) -> None:
         self._writing = writing
         self._connection = connection
@@ -106,13 +128,26 @@ class GroupCommit:
         self._pause: asyncio.TimerHandle | None = None  # looks for a pause, when armed
         self._stopped = False
         self._checkpointing: asyncio.Task[None] | None = None
+        self._index = index
+        self._more = False  # the last run left more listed
+        self._closing = False  # ``wait_idle`` runs the indexer to the end
+        self._unindexed = 0  # groups that may have listed messages since the last run
+        self._indexing: asyncio.Task[None] | None = None
 
-    async def submit(self, program: Program[T], action: str, conversation: str | None) -> T:
+    async def submit(
+        self,
+        program: Program[T],
+        action: str,
+        conversation: str | None,
+        *,
+        indexing: bool = False,
+    ) -> T:
         """Run ``program`` in the next transaction; return its value (or raise what it
         raised). A caller cancelled before its program started leaves nothing done; once
-        started, the transaction ends first, then the caller sees ``CancelledError``."""
+        started, the transaction ends first, then the caller sees ``CancelledError``.
+        ``indexing``: the program indexes the pending list (and lists nothing)."""
         member: _Member[T] = _Member(
-            program, action, conversation, asyncio.get_running_loop().create_future()
+            program, action, conversation, asyncio.get_running_loop().create_future(), indexing
         )
         if _idle(self._leader) and not self._queue:
             return await self._run_alone(member)
@@ -181,7 +216,7 @@ class GroupCommit:
                 for member in group:
                     member.done.set_exception(_failure(member, exc, name))
                 return
-        self._committed()
+        self._committed(*_listing(group, outcomes))
         for member, (ok, value) in zip(group, outcomes, strict=True):
             if not ok:
                 member.done.set_exception(_as_failure(member, value))
@@ -190,13 +225,29 @@ class GroupCommit:
             else:
                 member.done.set_result(value)
 
-    def _committed(self) -> None:
-        """Count a committed group; start a checkpoint when the WAL is large, or look for
-        the next pause when it holds enough to copy."""
-        self._groups += 1
+    def note_listed(self) -> None:
+        """Messages were listed for the index outside the groups (a transaction of the
+        executor's own): counted as a group, indexed with the next run."""
+        self._unindexed += 1
+        self._committed(True, group=False)
+
+    def _committed(self, listing: bool, indexed: bool = False, *, group: bool = True) -> None:
+        """Count a committed group; index the pending list after many groups, start a
+        checkpoint when the WAL is large, or look for the next pause when it holds
+        enough to copy."""
         loop = asyncio.get_running_loop()
-        self._last_commit = loop.time()
-        if self._stopped or not _idle(self._checkpointing):
+        if group:
+            self._groups += 1
+            self._last_commit = loop.time()
+        if indexed:
+            self._unindexed = 0  # a run indexed the whole list after every listing
+        if listing and self._index is not None:
+            self._unindexed += group
+        if self._stopped:
+            return
+        if self._unindexed >= INDEX_GROUPS and _idle(self._indexing):
+            self._start_indexing()
+        if not _idle(self._checkpointing):
             return
         pages = self._groups * self._per_group
         if pages >= CHECKPOINT_PAGES:
@@ -216,6 +267,25 @@ class GroupCommit:
             self._pause = loop.call_later(IDLE_S - quiet, self._on_pause)
         else:
             self._start_checkpoint()
+
+    def _start_indexing(self) -> None:
+        self._unindexed = 0
+        self._indexing = asyncio.ensure_future(self._index_now())
+
+    async def _index_now(self) -> None:
+        """Index the pending list, a chunk per run, while runs find more (a failure is
+        left to the next run, or to the next search, which indexes first)."""
+        index = self._index
+        assert index is not None
+        try:
+            while True:
+                self._more = await self.submit(index(), "indexing search text", None, indexing=True)
+                if not self._more or (self._stopped and not self._closing):
+                    return  # ``wait_idle`` indexes the rest
+        except Exception:  # noqa: BLE001 - best effort, see above
+            return
+        finally:
+            self._indexing = None
 
     def _start_checkpoint(self) -> None:
         if self._pause is not None:
@@ -246,14 +316,37 @@ class GroupCommit:
             self._per_group = max(grown / groups, MIN_PAGES_PER_GROUP)
 
     async def wait_idle(self) -> None:
-        """Wait for the running group and checkpoint, if any, and start no further
-        checkpoint (before the store closes)."""
+        """Before the store closes: index what its writers listed since the last run,
+        wait for the running group, indexing and checkpoint, if any, and start no
+        further checkpoint or indexing."""
         self._stopped = True
         if self._pause is not None:
             self._pause.cancel()
             self._pause = None
-        while running := [t for t in (self._leader, self._checkpointing) if t and not t.done()]:
+        await self._settled()
+        if self._index is not None and (self._unindexed or self._more):
+            self._closing = True
+            self._start_indexing()
+            await self._settled()
+
+    async def _settled(self) -> None:
+        """Wait until no group, indexing or checkpoint runs."""
+        while running := [
+            t for t in (self._leader, self._indexing, self._checkpointing) if t and not t.done()
+        ]:
             await asyncio.wait(running)
+
+
+def _listing(group: list[_Member[Any]], outcomes: list[tuple[bool, Any]]) -> tuple[bool, bool]:
+    """Whether a committed group may have listed messages for the index after its last
+    run of the indexer that indexed the whole list, and whether it had such a run."""
+    listing = indexed = False
+    for member, (ok, value) in zip(group, outcomes, strict=True):
+        if not member.indexing:
+            listing = True
+        elif ok and value is False:
+            listing, indexed = False, True
+    return listing, indexed
 
 
 def _idle(task: asyncio.Future[None] | None) -> bool:

@@ -64,6 +64,9 @@ VERSION_TABLE = "histstore_alembic_version"
 FTS_TABLE = "histstore_messages_fts"
 """SQLite's full-text index of ``messages.search_text`` (an FTS5 table; its shadow
 tables are named after it)."""
+UNLISTED_FTS = "histstore_unlisted_fts"
+"""A read-only SQLite store's per-search FTS5 table (in the connection's temporary
+database) of the messages on the full-text index's pending list (``_storage.search_index``)."""
 SEARCH_VECTOR = "search_vector"
 """Postgres's generated column ``to_tsvector('simple', search_text)`` of messages."""
 SEARCH_INDEX = "ix_histstore_messages_search"

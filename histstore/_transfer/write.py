@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from .._errors import HistStoreError
 from .._ops.context import Context, not_found
-from .._storage.executor import Transaction
+from .._storage.transaction import Transaction
 from .sync import Incoming, MessageRows, Steps, Target
 
 __all__ = ["Writer"]

@@ -1,6 +1,7 @@
 """When a store checkpoints its SQLite WAL in the background (``_storage.group_commit``):
 once its writers pause with enough in the WAL, or, while writes go on without a pause,
-once the WAL is large; never in the middle of a short burst of writes.
+once the WAL is large; never in the middle of a short burst of writes. And when it
+indexes the full-text index's pending list: after many groups, and when it closes.
 
 The group commit runs here over stand-ins for the database: each committed group adds
 ten pages to a pretend WAL, which a checkpoint reports and the second one of a pair
@@ -97,3 +98,73 @@ async def test_checkpoints_wait_for_a_pause_or_a_large_wal(monkeypatch: pytest.M
     await group.wait_idle()
     await asyncio.sleep(PAUSE * 2)
     assert len(db.started) == 2
+
+
+class FakeList(FakeDatabase):
+    """Also a pretend pending list of the full-text index: each write lists one message;
+    an indexer run takes up to ``CHUNK`` of them off and says whether more are left."""
+
+    CHUNK = 100
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listed = 0
+        self.runs = 0
+
+    async def run_group(
+        self, conn: Any, programs: list[Program[Any]], phase: Phase
+    ) -> list[tuple[bool, Any]]:
+        await asyncio.sleep(0)
+        out: list[tuple[bool, Any]] = []
+        for program in programs:
+            try:
+                next(program)
+            except StopIteration as done:
+                out.append((True, done.value))
+        return out
+
+    def write(self) -> Generator[Step, Any, None]:
+        self.listed += 1
+        return
+        yield
+
+    def index(self) -> Generator[Step, Any, bool]:
+        self.runs += 1
+        self.listed -= min(self.listed, self.CHUNK)
+        return self.listed > 0
+        yield
+
+
+async def test_the_pending_list_is_indexed_after_many_groups_and_at_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(group_commit, "IDLE_S", PAUSE)
+    db = FakeList()
+    group = GroupCommit(db.writing, db.connection, db.run_group, db.checkpoint, db.index)
+
+    async def writes(n: int) -> None:
+        for _ in range(n):
+            await group.submit(db.write(), "writing", None)
+
+    # Writes: nothing indexed while fewer than INDEX_GROUPS groups committed, not even
+    # in a pause; a run once that many did, in the middle of the writes (a chunk each,
+    # the writers' groups between them).
+    await writes(group_commit.INDEX_GROUPS - 1)
+    await asyncio.sleep(PAUSE * 2)
+    assert (db.runs, db.listed) == (0, group_commit.INDEX_GROUPS - 1)
+    await writes(21)
+    assert db.runs > 1
+    assert db.listed <= 21
+    # The indexer's own commits are no reason to run it again.
+    runs = db.runs
+    await asyncio.sleep(PAUSE * 2)
+    assert db.runs == runs
+
+    # Closing: what is listed is indexed, a chunk per run, to the end of the list
+    # (here also what a transaction outside the groups listed).
+    runs = db.runs
+    db.listed += 3 * FakeList.CHUNK
+    group.note_listed()
+    await group.wait_idle()
+    assert db.listed == 0
+    assert db.runs - runs >= 3

@@ -270,11 +270,11 @@ async def test_fts_trigger_upgrade_keeps_search_right_across_moves(
                         )
                     )
 
-    await alembic(engine, "upgrade", "a9c3e5f7b1d2")
+    await alembic(engine, "upgrade", "head")
     async with histstore.connect(empty_url) as store:
         await store.write("c", [{"role": "user", "content": f"walrus {i}"} for i in range(12)])
     await alembic(engine, "downgrade", "f3b8d6a2c915")  # the messages, as that revision holds them
-    await alembic(engine, "upgrade", "a9c3e5f7b1d2")
+    await alembic(engine, "upgrade", "head")
     if empty_url.startswith("sqlite"):
         assert "AFTER UPDATE OF search_text ON" in (await trigger() or "")
     await splice_and_search("narwhal")
@@ -289,3 +289,62 @@ async def test_fts_trigger_upgrade_keeps_search_right_across_moves(
                     " VALUES ('integrity-check')"
                 )
             )
+
+
+async def test_pending_list_upgrade_and_downgrade_keep_every_message_found(
+    engine: AsyncEngine, empty_url: str
+) -> None:
+    """Revision b1e6f0c4a7d3 over stored messages: what the older triggers indexed stays
+    found; a downgrade indexes what the list holds, and the older triggers go on."""
+    sqlite = empty_url.startswith("sqlite")
+
+    async def fts_rowids(word: str) -> list[int]:
+        async with engine.connect() as conn:
+            found = await conn.execute(
+                text(
+                    "SELECT rowid FROM histstore_messages_fts"
+                    " WHERE histstore_messages_fts MATCH :w ORDER BY rowid"
+                ),
+                {"w": word},
+            )
+            return [r[0] for r in found]
+
+    await alembic(engine, "upgrade", "head")
+    async with histstore.connect(empty_url) as store:
+        await store.write("c", [{"role": "user", "content": f"walrus {i}"} for i in range(5)])
+    await alembic(engine, "downgrade", "a9c3e5f7b1d2")  # indexed by the older triggers
+    await alembic(engine, "upgrade", "head")
+    # A change of text lists the row again, as a write of this revision does.
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE histstore_messages SET search_text = 'walrus narwhal'"
+                " WHERE conversation_id = 'c' AND position = 3"
+            )
+        )
+    if sqlite:
+        async with engine.connect() as conn:
+            listed = text("SELECT count(*) FROM histstore_messages_fts_pending")
+            assert (await conn.execute(listed)).scalar() == 1
+        assert await fts_rowids("narwhal") == []
+    await alembic(engine, "downgrade", "a9c3e5f7b1d2")
+    if sqlite:  # the list was indexed, and is gone
+        assert len(await fts_rowids("narwhal")) == 1
+        assert len(await fts_rowids("walrus")) == 5
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_messages_fts(histstore_messages_fts)"
+                    " VALUES ('integrity-check')"
+                )
+            )
+            names = await conn.execute(text("SELECT name FROM sqlite_master"))
+            assert "histstore_messages_fts_pending" not in {r[0] for r in names}
+    await alembic(engine, "upgrade", "head")
+    async with histstore.connect(empty_url) as store:
+        assert [h.position for h in await store.search("narwhal")] == [3]
+        assert sorted(h.position for h in await store.search("walrus")) == list(range(5))
+        await store.pop("c")
+        await store.pop("c")
+        assert await store.search("narwhal") == []
+        assert sorted(h.position for h in await store.search("walrus")) == [0, 1, 2]

@@ -332,7 +332,9 @@ def messages_from_arrays(dialect: Dialect) -> Any:
     )
 
 
-def search(dialect: Dialect, scoped: bool, by_conversation: bool) -> Select[Any]:
+def search(
+    dialect: Dialect, scoped: bool, by_conversation: bool, fts: str = s.FTS_TABLE
+) -> Select[Any]:
     """Messages matching a text query, best first: ``(conversation_id, position, data,
     created_at, score)``, a higher score better.
 
@@ -340,7 +342,8 @@ def search(dialect: Dialect, scoped: bool, by_conversation: bool) -> Select[Any]
     ``by_conversation``, ``owner`` when ``scoped``. Served by the full-text index: on
     SQLite the FTS5 table ranked by bm25, on Postgres the GIN index on the stored
     ``search_vector`` (``to_tsvector('simple', search_text)``) ranked by
-    ``ts_rank_cd``; ties go by conversation and position.
+    ``ts_rank_cd``; ties go by conversation and position. ``fts``: the FTS5 table to
+    search (SQLite).
     """
     msg, conv = s.messages, s.conversations
     if dialect.name == "postgresql":
@@ -366,12 +369,14 @@ def search(dialect: Dialect, scoped: bool, by_conversation: bool) -> Select[Any]
         ).where(vector.op("@@")(query.c.q))
         best = score.desc()
     else:
-        fts = table(s.FTS_TABLE, column("rowid"))
-        name: ColumnElement[Any] = literal_column(s.FTS_TABLE)
+        index = table(fts, column("rowid"))
+        name: ColumnElement[Any] = literal_column(fts)
         rank = func.bm25(name)
         stmt = (
             select(msg.c.conversation_id, msg.c.position, msg.c.data, msg.c.created_at, -rank)
-            .select_from(fts.join(msg, literal_column("histstore_messages.rowid") == fts.c.rowid))
+            .select_from(
+                index.join(msg, literal_column("histstore_messages.rowid") == index.c.rowid)
+            )
             .where(name.op("MATCH")(bindparam("q", type_=Text)))
         )
         best = rank.asc()

@@ -397,6 +397,11 @@ class Statements:
         # ---------------------------------------------------------------- search
         # Keyed by whether the search names a conversation.
         self.search = {by: compile_(_dialects.search(dialect, scoped, by)) for by in (False, True)}
+        # The same over a read-only store's index of the pending list (SQLite).
+        self.search_unlisted = {
+            by: compile_(_dialects.search(dialect, scoped, by, s.UNLISTED_FTS))
+            for by in (False, True)
+        }
         # Reindexing walks messages in key order, a page after (after_c, after_p).
         page = (
             select(

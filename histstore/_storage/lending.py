@@ -1,0 +1,134 @@
+"""What the executor lends its callers: a connection, and the store's SQLite write turn.
+
+Both are context-manager classes, not ``@asynccontextmanager`` generators: a store may
+close (and finish its writers' work) while its loop shuts down, from the adapters' hook
+in ``loop.shutdown_asyncgens()``, and an async generator first run after that call is
+never finalized by the loop (asyncio warns of it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.util import greenlet_spawn
+
+from .._errors import HistStoreError
+from .dberrors import DatabaseFailure, connection_lost
+from .engine import SETUP_KEY, sqlite_setup
+from .write_gate import WriteGate
+
+if TYPE_CHECKING:
+    from .executor import Executor
+
+__all__ = ["LentConnection", "WriteTurn"]
+
+
+class LentConnection:
+    """A driver connection from the executor's cache or pool, given back after.
+
+    A connection whose state is unknown after an error, or that was lost, is
+    invalidated (the pool opens another) instead of being reused.
+    """
+
+    __slots__ = ("_executor", "_raw")
+
+    def __init__(self, executor: Executor) -> None:
+        self._executor = executor
+        self._raw: PoolProxiedConnection | None = None
+
+    async def __aenter__(self) -> Any:
+        executor = self._executor
+        raw = self._raw = await executor.checkout()
+        try:
+            conn = raw.driver_connection
+            assert conn is not None
+            settings = executor.sqlite
+            if settings is not None and raw.info.get(SETUP_KEY) != settings:
+                for sql in sqlite_setup(settings):
+                    await executor.driver.execute_sql(conn, sql)
+                raw.info[SETUP_KEY] = settings
+        except BaseException:
+            await greenlet_spawn(raw.close)
+            raise
+        return conn
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        raw = self._raw
+        assert raw is not None
+        driver = self._executor.driver
+        healthy = False
+        try:
+            if exc is None or isinstance(exc, HistStoreError):
+                healthy = True  # a program's own error: its transaction has ended
+            elif isinstance(exc, Exception):
+                # A failed statement or a lost server: the transaction was rolled back if
+                # the connection still answers; else never give it back to the pool (nor
+                # one that failed as lost, e.g. its protocol in a state it cannot leave).
+                try:
+                    conn = raw.driver_connection
+                    healthy = not driver.in_transaction(conn) and not connection_lost(exc)
+                except Exception:  # noqa: BLE001 - any failure here means "drop it"
+                    healthy = False
+                if not healthy:
+                    await greenlet_spawn(raw.invalidate)
+            elif isinstance(exc, asyncio.CancelledError):
+                # Cancelled during a driver call: reused only once the driver has seen
+                # the call end with the connection clean (SQLite), else dropped.
+                healthy = await driver.settle(raw.driver_connection)
+                if not healthy:
+                    await greenlet_spawn(raw.invalidate)
+            else:
+                # Interrupted half way through a driver call: its state is unknown.
+                await greenlet_spawn(raw.invalidate)
+        finally:
+            if healthy:
+                await self._executor.cache.put(raw)
+            else:
+                await greenlet_spawn(raw.close)
+
+
+class WriteTurn:
+    """Holds the store's SQLite write turn (nothing on Postgres or in memory, see
+    ``Executor``). Waiting longer than the busy timeout fails as SQLite's own busy wait
+    would."""
+
+    __slots__ = ("_action", "_conversation", "_executor", "_gate")
+
+    def __init__(self, executor: Executor, action: str, conversation: str | None) -> None:
+        self._executor = executor
+        self._action = action
+        self._conversation = conversation
+        self._gate: WriteGate | None = None
+
+    async def __aenter__(self) -> None:
+        gate = self._executor.write_gate()
+        if gate is None:
+            return
+        settings = self._executor.sqlite
+        assert settings is not None
+        if not await gate.take(settings.busy_timeout_ms / 1000):
+            c = self._conversation
+            where = f" conversation {c!r}" if c is not None else ""
+            raise DatabaseFailure(
+                f"{self._action}{where} failed: database is locked (busy timeout: other"
+                " writers of this store held it)"
+            )
+        self._gate = gate
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._gate is not None:
+            self._gate.release()
+            self._gate = None

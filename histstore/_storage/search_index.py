@@ -1,0 +1,106 @@
+"""SQLite's full-text index and its pending list: moving listed messages into FTS5.
+
+A write does not index its messages itself: the insert trigger lists each message's
+rowid in ``PENDING_TABLE`` in the write's own transaction (revision b1e6f0c4a7d3). The
+index is FTS5 plus that list: FTS5 holds exactly the messages whose ``search_text`` is
+not NULL and that are not listed. Indexing the list (``PendingIndex.index``) inserts the
+listed rows into FTS5 in one statement and takes them off the list, in one write
+transaction: FTS5 then writes one segment for many messages, where a write of its own
+wrote a small segment, and merged segments every few writes, inside the write.
+
+Who indexes the list: a store's writers, every so many commits, in a write of its own
+(``_storage.group_commit``); a store before its search reads FTS5
+(``Executor.index_pending``); a store that wrote, when it closes. A crash leaves the
+list as it was, for the next store that writes or searches. A store opened with
+``read_only=True`` cannot write the index: its search reads the listed rows through an
+index of its own, made per search in the connection's temporary database
+(``schema.UNLISTED_FTS``, read beside FTS5 in a transaction that is rolled back, which
+drops it), whose ranks are computed over those messages alone.
+
+PostgreSQL has no list: its ``search_vector`` is a generated column of the row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from sqlalchemy import bindparam, text
+from sqlalchemy.types import BigInteger, Text
+
+from .drivers import EXECUTE, FETCH, Driver, Step
+
+__all__ = ["CHUNK", "PENDING_TABLE", "PendingIndex"]
+
+PENDING_TABLE = "histstore_messages_fts_pending"
+"""The rowids of messages whose text FTS5 does not hold yet (SQLite)."""
+
+CHUNK = 20_000
+"""Listed messages indexed in one transaction at most by the background indexer (about
+25 ms here); a search indexes the whole list at once."""
+
+
+class PendingIndex:
+    """The statements and programs that index SQLite's pending list."""
+
+    def __init__(self, driver: Driver) -> None:
+        compile_ = driver.compile
+        row = bindparam("upto", type_=BigInteger)
+        self._nth = compile_(
+            text(
+                "SELECT message_rowid FROM histstore_messages_fts_pending ORDER BY message_rowid"
+                " LIMIT 1 OFFSET :skip"
+            ).bindparams(bindparam("skip", type_=BigInteger))
+        )
+        self._last = compile_(text("SELECT max(message_rowid) FROM histstore_messages_fts_pending"))
+        self.any = compile_(text("SELECT 1 FROM histstore_messages_fts_pending LIMIT 1"))
+        """One row when the list holds any message."""
+        self._index = compile_(
+            text(
+                "INSERT INTO histstore_messages_fts(rowid, search_text)"
+                " SELECT m.rowid, m.search_text FROM histstore_messages_fts_pending AS p"
+                " JOIN histstore_messages AS m ON m.rowid = p.message_rowid"
+                " WHERE p.message_rowid <= :upto AND m.search_text IS NOT NULL"
+            ).bindparams(row)
+        )
+        self._unlist = compile_(
+            text(
+                "DELETE FROM histstore_messages_fts_pending WHERE message_rowid <= :upto"
+            ).bindparams(row)
+        )
+        self.listed = compile_(
+            text(
+                "SELECT m.rowid, m.search_text FROM histstore_messages_fts_pending AS p"
+                " JOIN histstore_messages AS m ON m.rowid = p.message_rowid"
+                " WHERE m.search_text IS NOT NULL"
+            )
+        )
+        """The listed messages' rowids and text (for ``temp_fts``)."""
+        self.temp_fts = compile_(
+            text(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS temp.histstore_unlisted_fts"
+                " USING fts5(search_text, tokenize='unicode61 remove_diacritics 0', columnsize=0)"
+            )
+        )
+        """The read-only store's index, made like the database's (revision b7d4e2a91c30)."""
+        self.temp_fill = compile_(
+            text(
+                "INSERT INTO temp.histstore_unlisted_fts(rowid, search_text) VALUES (:r, :t)"
+            ).bindparams(bindparam("r", type_=BigInteger), bindparam("t", type_=Text))
+        )
+
+    def index(self, limit: int | None = CHUNK) -> Generator[Step, Any, bool]:
+        """A write program: index the first ``limit`` listed messages (all with
+        ``None``); returns whether the list may hold more."""
+        rows: Any = None
+        if limit is not None:
+            rows = yield FETCH, self._nth, {"skip": limit - 1}
+        more = bool(rows)
+        if not more:
+            rows = yield FETCH, self._last, {}
+            if not rows or rows[0][0] is None:
+                return False
+        upto = int(rows[0][0])
+        yield EXECUTE, self._index, {"upto": upto}
+        yield EXECUTE, self._unlist, {"upto": upto}
+        return more

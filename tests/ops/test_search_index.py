@@ -1,0 +1,165 @@
+"""Search over the full-text index's pending list, as users meet it.
+
+On SQLite a write lists its messages for the index and the store indexes the list later
+(``_storage.search_index``). Whoever indexes them, a search finds every write that
+returned before it; a crash leaves nothing search cannot find; a read-only store finds
+what is listed and not indexed yet; pops, clears and edits of listed and indexed
+messages alike keep the search exact. PostgreSQL has no list (its ``search_vector`` is
+a generated column): the same tests hold there, as a contract of every backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from typing import Any
+
+from conftest import Backend
+from helpers import PYTHON, new_id, subprocess_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from histstore import Store
+from histstore._storage.search_index import PENDING_TABLE
+
+CRASH = """
+import asyncio, os, sys
+import histstore
+
+async def main():
+    store = await histstore.connect(sys.argv[1])
+    await store.write(sys.argv[2], [
+        {"role": "user", "content": "krill swarm"},
+        {"role": "assistant", "content": "krill again"},
+    ])
+    os._exit(0)  # no close: what the write listed stays listed
+
+asyncio.run(main())
+"""
+
+
+def listed(backend: Backend) -> int | None:
+    """How many messages SQLite's pending list holds (``None`` on Postgres)."""
+    if backend.name != "sqlite-file":
+        return None
+    with sqlite3.connect(backend.url) as db:
+        count: int = db.execute(f"SELECT count(*) FROM {PENDING_TABLE}").fetchone()[0]
+    return count
+
+
+async def test_a_crash_leaves_nothing_search_cannot_find(shared_backend: Backend) -> None:
+    c = new_id()
+    proc = await asyncio.create_subprocess_exec(
+        PYTHON,
+        "-c",
+        CRASH,
+        shared_backend.url,
+        c,
+        env=subprocess_env(),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    assert proc.returncode == 0, err.decode(errors="replace")
+    sqlite = shared_backend.name == "sqlite-file"
+    if sqlite:
+        assert listed(shared_backend) == 2
+    # A read-only store cannot index the list, and still finds what it holds.
+    async with shared_backend.connect(read_only=True) as reader:
+        hits = await reader.search("krill")
+        assert sorted((h.conversation, h.position) for h in hits) == [(c, 0), (c, 1)]
+        assert [h.message.content for h in await reader.search("swarm")] == ["krill swarm"]
+    if sqlite:
+        assert listed(shared_backend) == 2
+    # The next store that searches indexes it first.
+    async with shared_backend.connect() as store:
+        assert [h.position for h in await store.search("again", conversation=c)] == [1]
+    if sqlite:
+        assert listed(shared_backend) == 0
+
+
+async def test_a_read_only_store_ranks_listed_and_indexed_messages_together(
+    shared_backend: Backend,
+) -> None:
+    indexed, waiting = new_id("a"), new_id("b")
+    async with shared_backend.connect() as writer:
+        await writer.write(indexed, [{"role": "user", "content": f"otter {i}"} for i in range(3)])
+        await writer.search("otter")  # indexes what is listed
+        await writer.write(
+            waiting,
+            [{"role": "user", "content": "otter otter otter"}, {"role": "user", "content": "no"}],
+        )
+        if shared_backend.name == "sqlite-file":
+            assert listed(shared_backend) == 2
+        async with shared_backend.connect(read_only=True) as reader:
+            hits = await reader.search("otter", limit=10)
+            assert sorted((h.conversation, h.position) for h in hits) == sorted(
+                [(indexed, 0), (indexed, 1), (indexed, 2), (waiting, 0)]
+            )
+            scores = [h.score for h in hits]
+            assert scores == sorted(scores, reverse=True)
+            top = await reader.search("otter", limit=2)
+            assert [(h.conversation, h.position) for h in top] == [
+                (h.conversation, h.position) for h in hits[:2]
+            ]
+            only = await reader.search("otter", conversation=waiting)
+            assert [(h.conversation, h.position) for h in only] == [(waiting, 0)]
+            assert await reader.search("walrus") == []
+        hits = await writer.search("otter", limit=10)
+        assert len(hits) == 4
+
+
+WORDS = st.sampled_from(["ant", "bee", "cat", "dog"])
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), st.lists(st.lists(WORDS, min_size=1, max_size=3), max_size=4)),
+        st.tuples(st.just("pop"), st.integers(1, 3)),
+        st.tuples(st.just("replace"), st.integers(0, 9), st.lists(WORDS, min_size=1, max_size=3)),
+        st.tuples(st.just("search"), WORDS),
+        st.tuples(st.just("clear"), st.just(0)),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=OPS)
+async def test_search_stays_exact_whatever_is_listed_or_indexed(
+    store: Store, ops: list[tuple[Any, ...]]
+) -> None:
+    """Against a model: writes, pops, clears and replacements of messages, with searches
+    (which index the list) between them at any point; every search finds exactly the
+    messages holding its word."""
+    c = new_id()  # the store outlives examples: a fresh id each time
+    model: list[list[str]] = []
+
+    async def check(word: str) -> None:
+        hits = await store.search(word, conversation=c, limit=100)
+        assert sorted(h.position for h in hits) == [i for i, m in enumerate(model) if word in m]
+
+    for op in ops:
+        if op[0] == "write":
+            await store.write(c, [{"role": "user", "content": " ".join(m)} for m in op[1]])
+            model.extend(op[1])
+        elif op[0] == "pop":
+            for _ in range(op[1]):
+                await store.pop(c)
+                if model:
+                    model.pop()
+        elif op[0] == "replace" and model:
+            at = op[1] % len(model)
+            value = await store.edit(c)
+            value.splice(at, at + 1, [{"role": "user", "content": " ".join(op[2])}], by="test")
+            await store.commit(value)
+            model[at] = op[2]
+        elif op[0] == "search":
+            await check(op[1])
+        elif op[0] == "clear":
+            await store.clear(c)
+            model.clear()
+    for word in ("ant", "bee", "cat", "dog"):
+        await check(word)
