@@ -101,10 +101,11 @@ def test_quick_search_turns_run_compares_with_and_without_the_index(tmp_path: Pa
     lines, doc = run_quick("search_turns.py", tmp_path)
     assert any(line.startswith("sqlite") and "sequential" in line for line in lines)
     assert any(line.startswith("sqlite") and "16 tasks" in line for line in lines)
+    assert any(line.startswith("sqlite") and "bulk + search" in line for line in lines)
     result = doc["results"]["sqlite"]
-    for tasks in ("1", "16"):
-        assert result[tasks]["indexed"] > 0
-        assert result[tasks]["bare"] > 0
+    for scenario in ("1", "16", "bulk"):
+        assert result[scenario]["indexed"] > 0
+        assert result[scenario]["bare"] > 0
 
 
 def test_quick_editable_run_times_commit_read_and_edit(tmp_path: Path) -> None:
