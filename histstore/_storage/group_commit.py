@@ -228,7 +228,6 @@ class GroupCommit:
     def note_listed(self) -> None:
         """Messages were listed for the index outside the groups (a transaction of the
         executor's own): counted as a group, indexed with the next run."""
-        self._unindexed += 1
         self._committed(True, group=False)
 
     def _committed(self, listing: bool, indexed: bool = False, *, group: bool = True) -> None:
@@ -242,7 +241,7 @@ class GroupCommit:
         if indexed:
             self._unindexed = 0  # a run indexed the whole list after every listing
         if listing and self._index is not None:
-            self._unindexed += group
+            self._unindexed += 1
         if self._stopped:
             return
         if self._unindexed >= INDEX_GROUPS and _idle(self._indexing):
@@ -283,7 +282,7 @@ class GroupCommit:
                 if not self._more or (self._stopped and not self._closing):
                     return  # ``wait_idle`` indexes the rest
         except Exception:  # noqa: BLE001 - best effort, see above
-            return
+            self._unindexed = max(self._unindexed, 1)  # tried again at the latest at close
         finally:
             self._indexing = None
 
