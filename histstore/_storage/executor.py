@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -28,7 +28,7 @@ from .dberrors import DATABASE_ERRORS, DatabaseFailure, connection_lost, failure
 from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_dialect
 from .engine import SETTINGS_OPTION, SqliteSettings, is_memory_url
 from .group_commit import GroupCommit
-from .lending import LentConnection, WriteTurn
+from .lending import LentConnection, ReadSlots, WriteTurn
 from .search_index import PendingIndex
 from .statements import dialects as _dialects
 from .transaction import Transaction
@@ -92,6 +92,9 @@ class Executor:
         # database is one connection that the pool already hands out in turn.
         self._gated = sqlite is not None and not self._in_memory
         self._gate: WriteGate | None = None
+        self._reading: AbstractAsyncContextManager[Any] = (
+            ReadSlots() if self._gated else nullcontext()
+        )
         self.pending: PendingIndex | None = None if sqlite is None else PendingIndex(self.driver)
         """SQLite's pending list of the full-text index (``_storage.search_index``)."""
         self._group: GroupCommit | None = None
@@ -248,7 +251,8 @@ class Executor:
                     raise failure(action, conversation, exc, "body") from exc
             raise AssertionError("unreachable")
 
-        return await (run_to_completion(run()) if self._in_memory else run())
+        async with self._reading:
+            return await (run_to_completion(run()) if self._in_memory else run())
 
     async def write(
         self,
@@ -318,7 +322,8 @@ class Executor:
             assert isinstance(value, Rollback)
             return value.value
 
-        return await run_to_completion(run())
+        async with self._reading:
+            return await run_to_completion(run())
 
     @asynccontextmanager
     async def transaction(self, *, action: str) -> AsyncIterator[Transaction]:

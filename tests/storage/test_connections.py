@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 import histstore
 from histstore._storage.connections import ConnectionCache
 from histstore._storage.engine import resolve_target
+from histstore._storage.lending import READ_SLOTS
 
 
 def _engine(backend: Backend, **pool: Any) -> AsyncEngine:
@@ -140,3 +141,20 @@ async def test_idle_connections_go_back_without_a_further_call(borrowed: AsyncEn
         assert store._executor.idle_connections == 0
         assert borrowed.pool.checkedout() == 0  # type: ignore[attr-defined]
         assert await store.count(c) == 1  # and the store goes on
+
+
+async def test_concurrent_reads_of_an_sqlite_file_share_a_few_connections(
+    backend: Backend,
+) -> None:
+    """Sixteen tasks reading at once all get their rows; on an SQLite file at most
+    ``READ_SLOTS`` connections serve them (each connection is a thread of its own, and
+    more threads than cores only take turns at the GIL)."""
+    async with backend.connect() as store:
+        c = new_id()
+        await store.write(c, user_msgs(30))
+        opened = _count_connects(store.engine)
+        before = opened[0]
+        reads = await asyncio.gather(*(store.read(c, limit=20) for _ in range(16)))
+        assert all(len(r) == 20 for r in reads)
+        if backend.name == "sqlite-file":
+            assert opened[0] - before <= READ_SLOTS
