@@ -45,28 +45,37 @@ class TextSearch:
         )
         by = conversation is not None
         stmt = ctx.sql.search[by]
-        if await ctx.executor.index_pending():
-            # A read-only store, with messages the full-text index lists but does not
-            # hold yet: searched through an index of their own (``_storage.search_index``).
-            program = self._with_listed(stmt, ctx.sql.search_unlisted[by], params, n)
-            rows = await ctx.executor.snapshot(program, action="search", conversation=conversation)
-        else:
-            rows = await ctx.executor.fetch(
-                stmt, params, action="search", conversation=conversation
-            )
+        executor = ctx.executor
+        rows: Sequence[Any] | None = None
+        if executor.pending is not None:  # SQLite: the index is FTS5 and its pending list
+            program = self._with_list(stmt, ctx.sql.search_unlisted[by], params, n)
+            rows = await executor.snapshot(program, action="search", conversation=conversation)
+            if rows is None:
+                await executor.index_list()
+        if rows is None:
+            rows = await executor.fetch(stmt, params, action="search", conversation=conversation)
         convert = ctx.sql.created_at
         return [
             Hit(r[0], int(r[1]), stored_message(r[2], int(r[1]), r[3], convert), float(r[4]))
             for r in rows
         ]
 
-    def _with_listed(
+    def _with_list(
         self, stmt: CompiledStatement, unlisted: CompiledStatement, params: Any, n: int
-    ) -> Program[Sequence[Any]]:
-        """The search over the full-text index and over the listed messages, the best
-        ``n`` of both (a higher score first, then by conversation and position)."""
-        pending = self._ctx.executor.pending
+    ) -> Program[Sequence[Any] | None]:
+        """The search on SQLite, in one snapshot with the full-text index's pending list
+        (``_storage.search_index``). When the list holds messages, a writable store gets
+        ``None`` (it indexes them, then searches); a read-only store, which cannot,
+        searches them through an index of their own and gets the best ``n`` of both (a
+        higher score first, then by conversation and position)."""
+        executor = self._ctx.executor
+        pending = executor.pending
         assert pending is not None
+        if not executor.read_only:
+            if (yield FETCH, pending.any, {}):
+                return None
+            found: Sequence[Any] = yield FETCH, stmt, params
+            return found
         listed = yield FETCH, pending.listed, {}
         rows = list((yield FETCH, stmt, params))
         if listed:

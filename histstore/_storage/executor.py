@@ -28,7 +28,7 @@ from .dberrors import DATABASE_ERRORS, DatabaseFailure, connection_lost, failure
 from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_dialect
 from .engine import SETTINGS_OPTION, SqliteSettings, is_memory_url
 from .group_commit import GroupCommit
-from .lending import LentConnection, ReadSlots, WriteTurn
+from .lending import READ_SLOTS, LentConnection, WriteTurn
 from .search_index import PendingIndex
 from .statements import dialects as _dialects
 from .transaction import Transaction
@@ -93,7 +93,7 @@ class Executor:
         self._gated = sqlite is not None and not self._in_memory
         self._gate: WriteGate | None = None
         self._reading: AbstractAsyncContextManager[Any] = (
-            ReadSlots() if self._gated else nullcontext()
+            asyncio.Semaphore(READ_SLOTS) if self._gated else nullcontext()
         )
         self.pending: PendingIndex | None = None if sqlite is None else PendingIndex(self.driver)
         """SQLite's pending list of the full-text index (``_storage.search_index``)."""
@@ -154,20 +154,16 @@ class Executor:
         if self._group is not None:
             self._group.note_listed()
 
-    async def index_pending(self) -> bool:
-        """Before a search: index SQLite's pending list (one read when it is empty), so
-        that the search finds every write that returned before it. Returns whether the
-        search must read listed messages itself (a read-only store cannot index)."""
-        pending = self.pending
-        if pending is None or not await self.fetch(pending.any, {}, action="search"):
-            return False
-        if not self.read_only:
-            program, action = pending.index(None), "indexing search text"
-            if self._group is None:
-                await self.write(program, action=action)
-            else:  # marked as the indexer's: it lists nothing (``_storage.group_commit``)
-                await self._group.submit(program, action, None, indexing=True)
-        return self.read_only
+    async def index_list(self) -> None:
+        """Index SQLite's whole pending list (``_storage.search_index``), as a search of a
+        writable store does first when the list holds messages."""
+        assert self.pending is not None
+        program, action = self.pending.index(None), "indexing search text"
+        if self._group is None:
+            await self.write(program, action=action)
+        else:  # marked as the indexer's: it lists nothing (``_storage.group_commit``)
+            self.check()
+            await self._group.submit(program, action, None, indexing=True)
 
     def compile(self, stmt: ClauseElement) -> CompiledStatement:
         """Compile a Core statement for this store's driver."""

@@ -130,7 +130,6 @@ class GroupCommit:
         self._checkpointing: asyncio.Task[None] | None = None
         self._index = index
         self._more = False  # the last run left more listed
-        self._closing = False  # ``wait_idle`` runs the indexer to the end
         self._unindexed = 0  # groups that may have listed messages since the last run
         self._indexing: asyncio.Task[None] | None = None
 
@@ -268,21 +267,22 @@ class GroupCommit:
             self._start_checkpoint()
 
     def _start_indexing(self) -> None:
-        self._unindexed = 0
-        self._indexing = asyncio.ensure_future(self._index_now())
+        self._indexing = asyncio.ensure_future(self._index_list(to_end=False))
 
-    async def _index_now(self) -> None:
-        """Index the pending list, a chunk per run, while runs find more (a failure is
-        left to the next run, or to the next search, which indexes first)."""
+    async def _index_list(self, *, to_end: bool) -> None:
+        """Index the pending list, a chunk per run, while runs find more; unless
+        ``to_end``, only until the store stops (``wait_idle`` indexes the rest). A
+        failure is left to a later run (at the latest at close) or search."""
         index = self._index
         assert index is not None
+        self._unindexed = 0
         try:
             while True:
                 self._more = await self.submit(index(), "indexing search text", None, indexing=True)
-                if not self._more or (self._stopped and not self._closing):
-                    return  # ``wait_idle`` indexes the rest
+                if not self._more or (self._stopped and not to_end):
+                    return
         except Exception:  # noqa: BLE001 - best effort, see above
-            self._unindexed = max(self._unindexed, 1)  # tried again at the latest at close
+            self._unindexed = max(self._unindexed, 1)
         finally:
             self._indexing = None
 
@@ -324,8 +324,7 @@ class GroupCommit:
             self._pause = None
         await self._settled()
         if self._index is not None and (self._unindexed or self._more):
-            self._closing = True
-            self._start_indexing()
+            await self._index_list(to_end=True)
             await self._settled()
 
     async def _settled(self) -> None:

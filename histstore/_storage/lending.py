@@ -1,5 +1,5 @@
-"""What the executor lends its callers: a connection, the store's SQLite write turn, and
-a slot among its SQLite reads.
+"""What the executor lends its callers: a connection, and the store's SQLite write turn
+(and how many reads of a store may run at once on SQLite, ``READ_SLOTS``).
 
 Both are context-manager classes, not ``@asynccontextmanager`` generators: a store may
 close (and finish its writers' work) while its loop shuts down, from the adapters' hook
@@ -25,10 +25,18 @@ from .write_gate import WriteGate
 if TYPE_CHECKING:
     from .executor import Executor
 
-__all__ = ["READ_SLOTS", "LentConnection", "ReadSlots", "WriteTurn"]
+__all__ = ["READ_SLOTS", "LentConnection", "WriteTurn"]
 
 READ_SLOTS = max(2, os.cpu_count() or 2)
-"""Reads of one store on an SQLite file running at once, at most."""
+"""Reads of one store on an SQLite file running at once, at most (the executor's
+semaphore; the others wait, first come, first served).
+
+Each read runs on a connection of its own, each connection on an aiosqlite thread. With
+16 tasks reading at once, 16 threads took turns at the GIL on a 2-core machine: agent
+turns (read newest 20, write 2) ran at about 1,800 a second with a p99 of 17 ms; with
+two slots, at about 2,300 with a p99 of 13 ms. Two, not one, so that a long read (a
+search over a million messages) does not hold up every other read. Postgres reads wait
+in the server, not in threads: no slots there."""
 
 
 class LentConnection:
@@ -137,35 +145,3 @@ class WriteTurn:
         if self._gate is not None:
             self._gate.release()
             self._gate = None
-
-
-class ReadSlots:
-    """At most ``READ_SLOTS`` reads of the store at once on an SQLite file; the others
-    wait for a slot (first come, first served).
-
-    Each read runs on a connection of its own, each connection on an aiosqlite thread.
-    With 16 tasks reading at once, 16 threads took turns at the GIL on a 2-core
-    machine: agent turns (read newest 20, write 2) ran at about 1,800 a second with a
-    p99 of 17 ms; with two slots, at about 2,300 with a p99 of 13 ms. Two slots, not
-    one, so that a long read (a search over a million messages) does not hold up every
-    other read. Postgres reads wait in the server, not in threads: no slots there.
-    """
-
-    __slots__ = ("_free",)
-
-    def __init__(self) -> None:
-        self._free: asyncio.Semaphore | None = None  # made on the store's loop
-
-    async def __aenter__(self) -> None:
-        if self._free is None:
-            self._free = asyncio.Semaphore(READ_SLOTS)
-        await self._free.acquire()
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        assert self._free is not None
-        self._free.release()

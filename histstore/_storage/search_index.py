@@ -10,7 +10,7 @@ wrote a small segment, and merged segments every few writes, inside the write.
 
 Who indexes the list: a store's writers, every so many commits, in a write of its own
 (``_storage.group_commit``); a store before its search reads FTS5
-(``Executor.index_pending``); a store that wrote, when it closes. A crash leaves the
+(``_ops.text_search``); a store that wrote, when it closes. A crash leaves the
 list as it was, for the next store that writes or searches. A store opened with
 ``read_only=True`` cannot write the index: its search reads the listed rows through an
 index of its own, made per search in the connection's temporary database
@@ -46,13 +46,13 @@ class PendingIndex:
     def __init__(self, driver: Driver) -> None:
         compile_ = driver.compile
         row = bindparam("upto", type_=BigInteger)
-        self._nth = compile_(
+        # The last rowid of the first ``n`` listed (all with -1), and how many they are.
+        self._bound = compile_(
             text(
-                "SELECT message_rowid FROM histstore_messages_fts_pending ORDER BY message_rowid"
-                " LIMIT 1 OFFSET :skip"
-            ).bindparams(bindparam("skip", type_=BigInteger))
+                "SELECT max(message_rowid), count(*) FROM (SELECT message_rowid"
+                " FROM histstore_messages_fts_pending ORDER BY message_rowid LIMIT :n)"
+            ).bindparams(bindparam("n", type_=BigInteger))
         )
-        self._last = compile_(text("SELECT max(message_rowid) FROM histstore_messages_fts_pending"))
         self.any = compile_(text("SELECT 1 FROM histstore_messages_fts_pending LIMIT 1"))
         """One row when the list holds any message."""
         self._index = compile_(
@@ -92,15 +92,9 @@ class PendingIndex:
     def index(self, limit: int | None = CHUNK) -> Generator[Step, Any, bool]:
         """A write program: index the first ``limit`` listed messages (all with
         ``None``); returns whether the list may hold more."""
-        rows: Any = None
-        if limit is not None:
-            rows = yield FETCH, self._nth, {"skip": limit - 1}
-        more = bool(rows)
-        if not more:
-            rows = yield FETCH, self._last, {}
-            if not rows or rows[0][0] is None:
-                return False
-        upto = int(rows[0][0])
-        yield EXECUTE, self._index, {"upto": upto}
-        yield EXECUTE, self._unlist, {"upto": upto}
-        return more
+        upto, count = (yield FETCH, self._bound, {"n": -1 if limit is None else limit})[0]
+        if upto is None:
+            return False
+        yield EXECUTE, self._index, {"upto": int(upto)}
+        yield EXECUTE, self._unlist, {"upto": int(upto)}
+        return bool(count == limit)
