@@ -12,7 +12,7 @@ from .._core.models import as_message, message_data, stored_message
 from .._core.search_text import Hit, indexed_text, parse_query
 from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, CompiledStatement, Program
 from .._storage.rows import searchable
-from .._storage.statements import dialects as _dialects
+from .._storage.statements import search as _search
 from ..envelopes import ROLES
 from .context import Context
 
@@ -40,7 +40,7 @@ class TextSearch:
             return []
         params = ctx.params(
             conversation or "",
-            q=_dialects.search_terms(ctx.executor.driver.dialect, terms),
+            q=_search.search_terms(ctx.executor.driver.dialect, terms),
             limit=n,
         )
         by = conversation is not None

@@ -29,7 +29,7 @@ from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_di
 from .engine import SETTINGS_OPTION, SqliteSettings, is_memory_url
 from .group_commit import GroupCommit
 from .lending import READ_SLOTS, LentConnection, WriteTurn
-from .search_index import PendingIndex
+from .search_index import INDEX_WRITES, PendingIndex, VectorIndex
 from .statements import dialects as _dialects
 from .transaction import Transaction
 from .write_gate import WriteGate
@@ -72,6 +72,7 @@ class Executor:
         self._cache = ConnectionCache.for_engine(engine)
         self._in_memory = is_memory_url(engine.url)
         self._closed = False
+        self._closing = False  # Postgres: ``close`` indexes the rest itself
         self._loop: asyncio.AbstractEventLoop | None = None
         with_settings: dict[str, Any] = {} if sqlite is None else {SETTINGS_OPTION: sqlite}
         self._engines = {
@@ -97,6 +98,9 @@ class Executor:
         )
         self.pending: PendingIndex | None = None if sqlite is None else PendingIndex(self.driver)
         """SQLite's pending list of the full-text index (``_storage.search_index``)."""
+        self._vectors = None if sqlite is not None or read_only else VectorIndex(self.driver)
+        self._unindexed = 0  # Postgres: writes since the last indexing began
+        self._indexing: asyncio.Task[None] | None = None
         self._group: GroupCommit | None = None
         if self._gated and self.driver.groups:
             index = None if read_only or self.pending is None else self.pending.index
@@ -145,6 +149,7 @@ class Executor:
             self.check()
             if self._group is not None:
                 await self._group.wait_idle()
+            await self._index_at_close()
         self._closed = True
         await release_connections(self._cache, self._base_engine, dispose, orphaned=orphaned)
 
@@ -153,10 +158,47 @@ class Executor:
         is indexed with the next run, or at close (``_storage.search_index``)."""
         if self._group is not None:
             self._group.note_listed()
+        elif self._vectors is not None:
+            self._unindexed += 1
+            if self._unindexed >= INDEX_WRITES and self._indexing is None and not self._closing:
+                self._indexing = asyncio.ensure_future(self._index_vectors())
+
+    async def _index_vectors(self, *, to_end: bool = False) -> None:
+        """Index Postgres's pending list, a chunk per transaction, while chunks find more
+        (``to_end``: also once the store is closing). Best effort: a failure leaves the
+        list to a later run, to close, or to the next store."""
+        vectors = self._vectors
+        assert vectors is not None
+        self._unindexed = 0
+        try:
+            while await self.write(
+                vectors.index(), action="indexing search text", single=True, lists=False
+            ):
+                if self._closing and not to_end:
+                    return
+        except Exception:  # noqa: BLE001 - best effort, see above
+            self._unindexed = max(self._unindexed, 1)
+        finally:
+            if not to_end:
+                self._indexing = None
+
+    async def _index_at_close(self) -> None:
+        """Postgres: index what this store's writes listed before it closes."""
+        if self._vectors is None:
+            return
+        self._closing = True
+        if self._indexing is not None:
+            await asyncio.shield(self._indexing)
+        if self._unindexed:
+            await self._index_vectors(to_end=True)
 
     async def index_list(self) -> None:
-        """Index SQLite's whole pending list (``_storage.search_index``), as a search of a
-        writable store does first when the list holds messages."""
+        """Index the full-text index's whole pending list (``_storage.search_index``), as
+        a search of a writable SQLite store does first when the list holds messages."""
+        if self._vectors is not None:
+            self.check()
+            await self._index_vectors(to_end=True)
+            return
         assert self.pending is not None
         program, action = self.pending.index(None), "indexing search text"
         if self._group is None:
@@ -257,6 +299,7 @@ class Executor:
         action: str,
         conversation: str | None = None,
         single: bool = False,
+        lists: bool = True,
     ) -> T:
         """Run ``program`` as one write transaction, to its end even when cancelled.
 
@@ -265,6 +308,7 @@ class Executor:
         under way; what the program raises propagates after the rollback. With
         ``single`` the program is one statement run as its own transaction (no BEGIN
         and COMMIT round trips): a failure during it leaves the outcome unknown.
+        ``lists=False``: the program lists nothing for the full-text index (the indexer's).
         """
         self.check()
         self.refuse_writes(action, conversation)
@@ -291,13 +335,17 @@ class Executor:
             # One statement is its own transaction on the server: a cancellation during
             # it leaves nothing half done (the connection, whose state is then unknown,
             # is dropped), so it needs no task of its own to run it to the end.
-            return await run()
+            value = await run()
+            if lists:
+                self.listed()
+            return value
         if self._group is not None and not single:
             return await self._group.submit(program, action, conversation)
         # Waiting for the write turn can be cancelled; the transaction, once begun, ends.
         async with self._writing(action, conversation):
             value = await run_to_completion(run())
-        self.listed()
+        if lists:
+            self.listed()
         return value
 
     async def snapshot(

@@ -35,8 +35,7 @@ from .statements.kinds import is_sqlite
 __all__ = [
     "CONVERSATION_TABLES",
     "FTS_TABLE",
-    "SEARCH_INDEX",
-    "SEARCH_VECTOR",
+    "PG_SEARCH_TABLES",
     "VERSION_TABLE",
     "asides",
     "changes",
@@ -67,24 +66,24 @@ tables are named after it)."""
 UNLISTED_FTS = "histstore_unlisted_fts"
 """A read-only SQLite store's per-search FTS5 table (in the connection's temporary
 database) of the messages on the full-text index's pending list (``_storage.search_index``)."""
-SEARCH_VECTOR = "search_vector"
-"""Postgres's generated column ``to_tsvector('simple', search_text)`` of messages."""
-SEARCH_INDEX = "ix_histstore_messages_search"
-"""Postgres's full-text index: GIN on ``search_vector``."""
+PG_SEARCH_TABLES = ("histstore_search_vectors", "histstore_search_pending")
+"""Postgres's full-text index: the vectors and their pending list (revision e9a4c2f8b5d1;
+described in ``_storage.statements.search``)."""
+MESSAGE_ENTRY_INDEX = "ix_histstore_messages_entry"
+"""Postgres: messages by ``(conversation_id, entry_id)``, how the full-text index names them."""
 
 
 def described(name: str | None, type_: str) -> bool:
     """Whether a histstore table, column or index is one this metadata describes: the
-    full-text index (an FTS5 table; a tsvector column and its GIN index) is made by its
-    migration alone, as it differs by database."""
+    full-text index (SQLite's FTS5 table and its pending list; Postgres's vectors, their
+    pending list and the entry index they go by) is made by its migration alone, as it
+    differs by database."""
     if name is None:
         return True
     if type_ == "table":
-        return not name.startswith(FTS_TABLE)
-    if type_ == "column":
-        return name != SEARCH_VECTOR
+        return not name.startswith(FTS_TABLE) and name not in PG_SEARCH_TABLES
     if type_ == "index":
-        return name != SEARCH_INDEX
+        return name != MESSAGE_ENTRY_INDEX and not any(t in name for t in PG_SEARCH_TABLES)
     return True
 
 
@@ -164,9 +163,9 @@ messages = Table(
     # What search finds the message by (``_core.search_text.indexed_text``), NULL when it has no
     # text. The full-text index covers it: on SQLite the FTS5 table
     # ``histstore_messages_fts`` (external content, kept by triggers), on Postgres the
-    # generated column ``search_vector`` and a GIN index on it. Neither is described
-    # here: both are the migration's (``_storage.statements.dialects`` holds the
-    # queries that use them).
+    # tables ``PG_SEARCH_TABLES`` (revision e9a4c2f8b5d1). Neither
+    # is described here: both are the migrations' (``_storage.statements.dialects`` holds
+    # the queries that use them).
     Column("search_text", Text, nullable=True),
     # The entry's stable id in its conversation (SPEC 11) and who edited it in (NULL
     # for what ``write`` stores). No index: reads go by position.

@@ -1,4 +1,6 @@
-"""SQLite's full-text index and its pending list: moving listed messages into FTS5.
+"""The full-text index's pending lists: moving listed messages into the index proper.
+
+SQLite (``PendingIndex``):
 
 A write does not index its messages itself: the insert trigger lists each message's
 rowid in ``PENDING_TABLE`` in the write's own transaction (revision b1e6f0c4a7d3). The
@@ -17,7 +19,19 @@ index of its own, made per search in the connection's temporary database
 (``schema.UNLISTED_FTS``, read beside FTS5 in a transaction that is rolled back, which
 drops it), whose ranks are computed over those messages alone.
 
-PostgreSQL has no list: its ``search_vector`` is a generated column of the row.
+PostgreSQL (``VectorIndex``): the index proper is ``search_vectors``, the
+``to_tsvector('simple', search_text)`` of each message by entry id, with a GIN index
+(revision e9a4c2f8b5d1). An INSERT's statement trigger lists each run of consecutive
+entry ids it stored in ``search_pending``, in the write's own transaction; an update of
+a message's text drops its vector and lists it; a delete drops the vectors. Indexing
+(``VectorIndex.index``) takes runs off the list and makes their vectors, in one
+statement that is its own write transaction (``FOR UPDATE SKIP LOCKED``: indexers of
+several processes take different runs). A search reads the vectors of messages that
+are not listed and makes the listed messages' vectors itself
+(``_storage.statements.search``), so it needs no write first, and a read-only
+store finds everything too. Who indexes: a store in the background after every
+``INDEX_WRITES`` of its writes, and when it closes; a crash leaves the list to the next
+store that writes.
 """
 
 from __future__ import annotations
@@ -25,12 +39,15 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-from sqlalchemy import bindparam, text
+from sqlalchemy import ColumnElement, and_, bindparam, delete, func, literal_column, select, text
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.types import BigInteger, Text
 
+from . import schema as s
 from .drivers import EXECUTE, FETCH, Driver, Step
+from .statements.search import search_pending, search_vectors
 
-__all__ = ["CHUNK", "PENDING_TABLE", "PendingIndex"]
+__all__ = ["CHUNK", "INDEX_WRITES", "PENDING_TABLE", "RUNS", "PendingIndex", "VectorIndex"]
 
 PENDING_TABLE = "histstore_messages_fts_pending"
 """The rowids of messages whose text FTS5 does not hold yet (SQLite)."""
@@ -98,3 +115,68 @@ class PendingIndex:
         yield EXECUTE, self._index, {"upto": int(upto)}
         yield EXECUTE, self._unlist, {"upto": int(upto)}
         return bool(count == limit)
+
+
+INDEX_WRITES = 16
+"""Postgres: a store's writes after which it indexes the list in the background. Few, so
+that a search has little to make vectors for; each run costs a transaction."""
+
+RUNS = 512
+"""Postgres: listed runs indexed in one transaction at most (a run is what one statement
+stored in one conversation: a write's batch, a splice's new entries)."""
+
+
+class VectorIndex:
+    """The statement that indexes Postgres's pending list (see the module doc)."""
+
+    def __init__(self, driver: Driver) -> None:
+        vectors, pending, msg = search_vectors, search_pending, s.messages
+        ctid: ColumnElement[Any] = literal_column("ctid")
+        picked = (
+            select(ctid)
+            .select_from(pending)
+            .limit(bindparam("n", type_=BigInteger))
+            .with_for_update(skip_locked=True)
+            .scalar_subquery()
+        )
+        taken = (
+            delete(pending)
+            .where(ctid.in_(picked))
+            .returning(pending.c.conversation_id, pending.c.first_entry, pending.c.last_entry)
+            .cte("taken")
+        )
+        # Runs may overlap (a message listed again): each message once.
+        made = (
+            select(
+                msg.c.conversation_id,
+                msg.c.entry_id,
+                func.to_tsvector(literal_column("'simple'::regconfig"), msg.c.search_text),
+            )
+            .ext(postgresql.distinct_on(msg.c.conversation_id, msg.c.entry_id))
+            .select_from(
+                taken.join(
+                    msg,
+                    and_(
+                        msg.c.conversation_id == taken.c.conversation_id,
+                        msg.c.entry_id.between(taken.c.first_entry, taken.c.last_entry),
+                    ),
+                )
+            )
+            .where(msg.c.search_text.is_not(None))
+        )
+        insert = postgresql.insert(vectors).from_select(
+            ["conversation_id", "entry_id", "vector"], made
+        )
+        insert = insert.on_conflict_do_update(
+            index_elements=[vectors.c.conversation_id, vectors.c.entry_id],
+            set_={"vector": insert.excluded.vector},
+        )
+        self._index = driver.compile(
+            select(func.count()).select_from(taken).add_cte(insert.cte("made"))
+        )
+
+    def index(self, runs: int = RUNS) -> Generator[Step, Any, bool]:
+        """A write program: index the first ``runs`` listed runs that no other indexer
+        holds; returns whether the list may hold more."""
+        taken = (yield FETCH, self._index, {"n": runs})[0][0]
+        return bool(taken == runs)

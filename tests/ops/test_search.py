@@ -23,7 +23,7 @@ import histstore.admin
 from histstore import ConflictError, Hit, InvalidMessage, Message, Store, indexed_text
 from histstore._core.search_text import parse_query
 from histstore._storage import schema as _schema
-from histstore._storage.statements import dialects as _dialects
+from histstore._storage.statements import search as _search
 from histstore._transfer.exporting import copy_store, export_store, import_store
 
 # ---------------------------------------------------------------------- indexed text
@@ -661,20 +661,21 @@ async def test_the_full_text_index_serves_the_search(
     store: Store, cid: str, by_conversation: bool
 ) -> None:
     """The search statement is one the index answers: FTS5 drives it on SQLite; on
-    Postgres the statement's expression is the GIN index's (usable whenever the planner
-    wants it; with few rows it may prefer a scan, so scans are switched off here)."""
+    Postgres the GIN index of the vectors (usable whenever the planner wants it; with few
+    rows it may prefer a scan, so scans are switched off here), and messages are found
+    by entry id, never scanned."""
     await store.write(cid, [{"role": "user", "content": f"word{i} common"} for i in range(50)])
     async with store.engine.connect() as conn:
         dialect = conn.dialect
-        q = _dialects.search_terms(dialect, ["word7"])
-        stmt = _dialects.search(dialect, False, by_conversation).params(q=q, limit=10, c=cid)
+        q = _search.search_terms(dialect, ["word7"])
+        stmt = _search.search(dialect, False, by_conversation).params(q=q, limit=10, c=cid)
         sql = str(stmt.compile(dialect=dialect, compile_kwargs={"literal_binds": True}))
         if dialect.name == "postgresql":
             await conn.execute(text("SET LOCAL enable_seqscan = off"))
             plan = "\n".join(r[0] for r in await conn.execute(text("EXPLAIN " + sql)))
             assert "Seq Scan on histstore_messages" not in plan, plan
             if not by_conversation:  # (one conversation may go by its key instead)
-                assert "ix_histstore_messages_search" in plan, plan
+                assert "ix_histstore_search_vectors_vector" in plan, plan
         else:
             rows = await conn.execute(text("EXPLAIN QUERY PLAN " + sql))
             plan = "\n".join(r[3] for r in rows)

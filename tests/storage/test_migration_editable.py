@@ -446,6 +446,16 @@ async def _check_search_index(conn: AsyncConnection, convs: list[Conv]) -> None:
             "SELECT count(*) FROM histstore_messages_fts"
             " WHERE histstore_messages_fts MATCH 'walrus'"
         )
+    elif (await conn.execute(text("SELECT to_regclass('histstore_search_vectors')"))).scalar():
+        # From e9a4c2f8b5d1 on, the vectors are a table of their own (the upgrade
+        # moves them; nothing is listed).
+        assert (
+            await conn.execute(text("SELECT count(*) FROM histstore_search_pending"))
+        ).scalar() == 0
+        found = text(
+            "SELECT count(*) FROM histstore_search_vectors"
+            " WHERE vector @@ to_tsquery('simple', 'walrus')"
+        )
     else:
         found = text(
             "SELECT count(*) FROM histstore_messages"

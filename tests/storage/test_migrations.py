@@ -348,3 +348,65 @@ async def test_pending_list_upgrade_and_downgrade_keep_every_message_found(
         await store.pop("c")
         assert await store.search("narwhal") == []
         assert sorted(h.position for h in await store.search("walrus")) == [0, 1, 2]
+
+
+async def test_vector_table_upgrade_and_downgrade_keep_every_message_found(
+    engine: AsyncEngine, empty_url: str
+) -> None:
+    """Revision e9a4c2f8b5d1 over stored messages (Postgres; nothing changes on SQLite):
+    the vectors the rows carried move to their own table; a change of text drops the
+    vector and lists the message; listed and indexed messages are found alike; a
+    downgrade makes the generated column again, for every message."""
+    pg = not empty_url.startswith("sqlite")
+
+    async def count(sql: str) -> int:
+        async with engine.connect() as conn:
+            return int((await conn.execute(text(sql))).scalar_one())
+
+    await alembic(engine, "upgrade", "head")
+    async with histstore.connect(empty_url) as store:
+        await store.write("c", [{"role": "user", "content": f"walrus {i}"} for i in range(5)])
+    await alembic(engine, "downgrade", "b1e6f0c4a7d3")  # vectors in the rows
+    if pg:
+        vectors = "SELECT count(*) FROM histstore_messages WHERE search_vector @@ 'walrus'"
+        assert await count(vectors) == 5
+    await alembic(engine, "upgrade", "head")
+    if pg:
+        assert await count("SELECT count(*) FROM histstore_search_vectors") == 5
+        assert await count("SELECT count(*) FROM histstore_search_pending") == 0
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE histstore_messages SET search_text = 'walrus narwhal'"
+                " WHERE conversation_id = 'c' AND position = 3"
+            )
+        )
+    if pg:
+        assert await count("SELECT count(*) FROM histstore_search_vectors") == 4
+        assert await count("SELECT count(*) FROM histstore_search_pending") == 1
+    async with histstore.connect(empty_url, read_only=True) as reader:
+        assert [h.position for h in await reader.search("narwhal")] == [3]
+        assert sorted(h.position for h in await reader.search("walrus")) == list(range(5))
+    async with histstore.connect(empty_url) as store:
+        await store.write("c", [{"role": "user", "content": "walrus narwhal 5"}])
+    await alembic(engine, "downgrade", "b1e6f0c4a7d3")
+    if pg:
+        narwhals = "SELECT count(*) FROM histstore_messages WHERE search_vector @@ 'narwhal'"
+        assert await count(narwhals) == 2
+        async with engine.connect() as conn:
+            gone = await conn.execute(
+                text(
+                    "SELECT to_regclass('histstore_search_vectors'),"
+                    " to_regclass('histstore_search_pending')"
+                )
+            )
+            assert gone.one() == (None, None)
+    await alembic(engine, "upgrade", "head")
+    async with histstore.connect(empty_url) as store:
+        assert sorted(h.position for h in await store.search("narwhal")) == [3, 5]
+        for _ in range(3):
+            await store.pop("c")
+        assert await store.search("narwhal") == []
+        assert sorted(h.position for h in await store.search("walrus")) == [0, 1, 2]
+    if pg:
+        assert await count("SELECT count(*) FROM histstore_search_vectors") == 3

@@ -22,13 +22,9 @@ from sqlalchemy import (
     Table,
     Text,
     bindparam,
-    cast,
-    column,
-    exists,
     func,
     literal_column,
     select,
-    table,
     text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -49,8 +45,6 @@ __all__ = [
     "lock_for_migration",
     "messages_from_arrays",
     "mode_options",
-    "search",
-    "search_terms",
 ]
 
 Mode = Literal["read", "snapshot", "write"]
@@ -330,78 +324,3 @@ def messages_from_arrays(dialect: Dialect) -> Any:
         ],
         placed,
     )
-
-
-def search(
-    dialect: Dialect, scoped: bool, by_conversation: bool, fts: str = s.FTS_TABLE
-) -> Select[Any]:
-    """Messages matching a text query, best first: ``(conversation_id, position, data,
-    created_at, score)``, a higher score better.
-
-    Parameters: ``q`` (``search_terms``' value), ``limit``, ``c`` when
-    ``by_conversation``, ``owner`` when ``scoped``. Served by the full-text index: on
-    SQLite the FTS5 table ranked by bm25, on Postgres the GIN index on the stored
-    ``search_vector`` (``to_tsvector('simple', search_text)``) ranked by
-    ``ts_rank_cd``; ties go by conversation and position. ``fts``: the FTS5 table to
-    search (SQLite).
-    """
-    msg, conv = s.messages, s.conversations
-    if dialect.name == "postgresql":
-        config: ColumnElement[Any] = literal_column("'simple'::regconfig")
-        term = (
-            func.unnest(bindparam("q", type_=postgresql.ARRAY(Text)))
-            .table_valued("t")
-            .render_derived()
-        )
-        phrase = func.phraseto_tsquery(config, term.c.t)
-        # Each term is parsed as a phrase by Postgres itself; the parts are joined with
-        # & as tsquery text, which Postgres quotes and escapes in its own output.
-        joined = (
-            select(func.string_agg("(" + cast(phrase, Text) + ")", literal_column("' & '")))
-            .where(func.numnode(phrase) > 0)
-            .scalar_subquery()
-        )
-        query = select(cast(joined, postgresql.TSQUERY).label("q")).cte("query")
-        vector = literal_column(f"{msg.name}.{s.SEARCH_VECTOR}", postgresql.TSVECTOR)
-        score = func.ts_rank_cd(vector, query.c.q)
-        stmt = select(
-            msg.c.conversation_id, msg.c.position, msg.c.data, msg.c.created_at, score
-        ).where(vector.op("@@")(query.c.q))
-        best = score.desc()
-    else:
-        index = table(fts, column("rowid"))
-        name: ColumnElement[Any] = literal_column(fts)
-        rank = func.bm25(name)
-        stmt = (
-            select(msg.c.conversation_id, msg.c.position, msg.c.data, msg.c.created_at, -rank)
-            .select_from(
-                index.join(msg, literal_column("histstore_messages.rowid") == index.c.rowid)
-            )
-            .where(name.op("MATCH")(bindparam("q", type_=Text)))
-        )
-        best = rank.asc()
-    if by_conversation:
-        stmt = stmt.where(msg.c.conversation_id == bindparam("c", type_=msg.c.conversation_id.type))
-    if scoped:
-        stmt = stmt.where(
-            exists().where(
-                conv.c.id == msg.c.conversation_id,
-                conv.c.owner == bindparam("owner", type_=conv.c.owner.type),
-            )
-        )
-    limit = bindparam("limit", type_=BigInteger)
-    return stmt.order_by(best, msg.c.conversation_id, msg.c.position).limit(limit)
-
-
-def search_terms(dialect: Dialect, terms: list[str]) -> Any:
-    """The ``q`` parameter of ``search`` for a query's terms (see
-    ``_core.search_text.parse_query``).
-
-    Every term is matched as text, never read as the engine's query language: Postgres
-    takes them as an array of plain strings; for FTS5 each becomes a double-quoted
-    string (a phrase of its tokens, quotes doubled), joined by spaces, which FTS5 reads
-    as AND.
-    """
-    if dialect.name == "postgresql":
-        return terms
-    return " ".join('"' + t.replace('"', '""') + '"' for t in terms)

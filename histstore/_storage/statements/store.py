@@ -27,6 +27,7 @@ from sqlalchemy import (
 from .. import schema as s
 from ..drivers import Driver
 from . import dialects as _dialects
+from . import search as _search
 from .editing import EditStatements
 
 __all__ = ["Statements"]
@@ -396,10 +397,10 @@ class Statements:
 
         # ---------------------------------------------------------------- search
         # Keyed by whether the search names a conversation.
-        self.search = {by: compile_(_dialects.search(dialect, scoped, by)) for by in (False, True)}
+        self.search = {by: compile_(_search.search(dialect, scoped, by)) for by in (False, True)}
         # The same over a read-only store's index of the pending list (SQLite).
         self.search_unlisted = {
-            by: compile_(_dialects.search(dialect, scoped, by, s.UNLISTED_FTS))
+            by: compile_(_search.search(dialect, scoped, by, s.UNLISTED_FTS))
             for by in (False, True)
         }
         # Reindexing walks messages in key order, a page after (after_c, after_p).

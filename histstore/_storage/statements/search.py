@@ -1,0 +1,183 @@
+"""The search statement (SPEC 12) on each database, and the tables of Postgres's full-text index.
+
+SQLite's index is FTS5 (revision b7d4e2a91c30) with a pending list
+(``_storage.search_index``); Postgres's is ``search_vectors``, the
+``to_tsvector('simple', search_text)`` of every message by entry id with a GIN index,
+and ``search_pending``, runs of consecutive entry ids of one conversation whose vectors
+are still to be made (revision e9a4c2f8b5d1). Both tables are the migration's, in a
+``MetaData`` of their own: SQLite has neither.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    ColumnElement,
+    MetaData,
+    PrimaryKeyConstraint,
+    Select,
+    Table,
+    Text,
+    and_,
+    bindparam,
+    cast,
+    column,
+    exists,
+    func,
+    literal_column,
+    select,
+    table,
+    true,
+    union,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+
+from .. import schema as s
+
+__all__ = ["search", "search_pending", "search_terms", "search_vectors"]
+
+_tables = MetaData()
+search_vectors = Table(
+    s.PG_SEARCH_TABLES[0],
+    _tables,
+    Column("conversation_id", s.ID, nullable=False),
+    Column("entry_id", BigInteger, nullable=False),
+    Column("vector", postgresql.TSVECTOR, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "entry_id"),
+)
+search_pending = Table(
+    s.PG_SEARCH_TABLES[1],
+    _tables,
+    Column("conversation_id", s.ID, nullable=False),
+    Column("first_entry", BigInteger, nullable=False),
+    Column("last_entry", BigInteger, nullable=False),
+)
+
+
+def search(
+    dialect: Dialect, scoped: bool, by_conversation: bool, fts: str = s.FTS_TABLE
+) -> Select[Any]:
+    """Messages matching a text query, best first: ``(conversation_id, position, data,
+    created_at, score)``, a higher score better.
+
+    Parameters: ``q`` (``search_terms``' value), ``limit``, ``c`` when
+    ``by_conversation``, ``owner`` when ``scoped``. Served by the full-text index: on
+    SQLite the FTS5 table ranked by bm25, on Postgres the GIN index on
+    ``search_vectors`` (``to_tsvector('simple', search_text)`` by entry id) plus the
+    messages its pending list names, whose vectors are made here, ranked by
+    ``ts_rank_cd`` (``_storage.search_index``); ties go by conversation and position.
+    ``fts``: the FTS5 table to search (SQLite).
+    """
+    msg, conv = s.messages, s.conversations
+    if dialect.name == "postgresql":
+        config: ColumnElement[Any] = literal_column("'simple'::regconfig")
+        term = (
+            func.unnest(bindparam("q", type_=postgresql.ARRAY(Text)))
+            .table_valued("t")
+            .render_derived()
+        )
+        phrase = func.phraseto_tsquery(config, term.c.t)
+        # Each term is parsed as a phrase by Postgres itself; the parts are joined with
+        # & as tsquery text, which Postgres quotes and escapes in its own output.
+        joined = (
+            select(func.string_agg("(" + cast(phrase, Text) + ")", literal_column("' & '")))
+            .where(func.numnode(phrase) > 0)
+            .scalar_subquery()
+        )
+        query = select(cast(joined, postgresql.TSQUERY).label("q")).cte("query")
+        vec, pending = search_vectors, search_pending
+        conv_id = bindparam("c", type_=msg.c.conversation_id.type)
+
+        def run_holds(conversation: ColumnElement[Any], entry: ColumnElement[Any]) -> Any:
+            return and_(
+                pending.c.conversation_id == conversation,
+                entry.between(pending.c.first_entry, pending.c.last_entry),
+            )
+
+        # The stored vectors of messages that are not listed (a listed one's vector may
+        # be older than its text), and the listed messages' vectors, made here.
+        indexed = select(
+            vec.c.conversation_id,
+            vec.c.entry_id,
+            func.ts_rank_cd(vec.c.vector, query.c.q).label("score"),
+        ).where(
+            vec.c.vector.op("@@")(query.c.q),
+            ~exists().where(run_holds(vec.c.conversation_id, vec.c.entry_id)),
+        )
+        listed_msg = msg.alias("listed")
+        made = (
+            select(func.to_tsvector(config, listed_msg.c.search_text).label("vector"))
+            .correlate(listed_msg)
+            .lateral("made")
+        )
+        listed = (
+            select(
+                listed_msg.c.conversation_id,
+                listed_msg.c.entry_id,
+                func.ts_rank_cd(made.c.vector, query.c.q).label("score"),
+            )
+            .select_from(
+                pending.join(
+                    listed_msg, run_holds(listed_msg.c.conversation_id, listed_msg.c.entry_id)
+                ).join(made, true())
+            )
+            .where(made.c.vector.op("@@")(query.c.q))
+        )
+        if by_conversation:
+            indexed = indexed.where(vec.c.conversation_id == conv_id)
+            listed = listed.where(pending.c.conversation_id == conv_id)
+        hits = union(indexed, listed).subquery("hits")
+        score = hits.c.score
+        stmt = select(
+            msg.c.conversation_id, msg.c.position, msg.c.data, msg.c.created_at, score
+        ).select_from(
+            hits.join(
+                msg,
+                and_(
+                    msg.c.conversation_id == hits.c.conversation_id,
+                    msg.c.entry_id == hits.c.entry_id,
+                ),
+            )
+        )
+        best = score.desc()
+    else:
+        index = table(fts, column("rowid"))
+        name: ColumnElement[Any] = literal_column(fts)
+        rank = func.bm25(name)
+        stmt = (
+            select(msg.c.conversation_id, msg.c.position, msg.c.data, msg.c.created_at, -rank)
+            .select_from(
+                index.join(msg, literal_column("histstore_messages.rowid") == index.c.rowid)
+            )
+            .where(name.op("MATCH")(bindparam("q", type_=Text)))
+        )
+        best = rank.asc()
+    if by_conversation:
+        stmt = stmt.where(msg.c.conversation_id == bindparam("c", type_=msg.c.conversation_id.type))
+    if scoped:
+        stmt = stmt.where(
+            exists().where(
+                conv.c.id == msg.c.conversation_id,
+                conv.c.owner == bindparam("owner", type_=conv.c.owner.type),
+            )
+        )
+    limit = bindparam("limit", type_=BigInteger)
+    return stmt.order_by(best, msg.c.conversation_id, msg.c.position).limit(limit)
+
+
+def search_terms(dialect: Dialect, terms: list[str]) -> Any:
+    """The ``q`` parameter of ``search`` for a query's terms (see
+    ``_core.search_text.parse_query``).
+
+    Every term is matched as text, never read as the engine's query language: Postgres
+    takes them as an array of plain strings; for FTS5 each becomes a double-quoted
+    string (a phrase of its tokens, quotes doubled), joined by spaces, which FTS5 reads
+    as AND.
+    """
+    if dialect.name == "postgresql":
+        return terms
+    return " ".join('"' + t.replace('"', '""') + '"' for t in terms)
