@@ -160,7 +160,11 @@ class History:
                 program = _then_merge(program, merge(self._ctx))
         try:
             return await self._ctx.executor.write(
-                program, action="write to", conversation=conversation, single=single
+                program,
+                action="write to",
+                conversation=conversation,
+                single=single,
+                lists=len(batch.messages),
             )
         except DatabaseFailure as exc:
             return await self._failed(conversation, batch, key, exc)

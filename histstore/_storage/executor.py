@@ -29,7 +29,7 @@ from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_di
 from .engine import SETTINGS_OPTION, SqliteSettings, is_memory_url
 from .group_commit import GroupCommit
 from .lending import READ_SLOTS, LentConnection, WriteTurn
-from .search_index import INDEX_WRITES, PendingIndex, VectorIndex
+from .search_index import INDEX_MESSAGES, PendingIndex, VectorIndex
 from .statements import dialects as _dialects
 from .transaction import Transaction
 from .write_gate import WriteGate
@@ -99,7 +99,7 @@ class Executor:
         self.pending: PendingIndex | None = None if sqlite is None else PendingIndex(self.driver)
         """SQLite's pending list of the full-text index (``_storage.search_index``)."""
         self._vectors = None if sqlite is not None or read_only else VectorIndex(self.driver)
-        self._unindexed = 0  # Postgres: writes since the last indexing began
+        self._unindexed = 0  # Postgres: messages written since the last indexing began
         self._indexing: asyncio.Task[None] | None = None
         self._group: GroupCommit | None = None
         if self._gated and self.driver.groups:
@@ -153,14 +153,15 @@ class Executor:
         self._closed = True
         await release_connections(self._cache, self._base_engine, dispose, orphaned=orphaned)
 
-    def listed(self) -> None:
+    def listed(self, messages: int = 1) -> None:
         """A write committed outside the groups: what it listed for the full-text index
-        is indexed with the next run, or at close (``_storage.search_index``)."""
+        (about ``messages`` messages) is indexed with the next run, or at close
+        (``_storage.search_index``)."""
         if self._group is not None:
             self._group.note_listed()
         elif self._vectors is not None:
-            self._unindexed += 1
-            if self._unindexed >= INDEX_WRITES and self._indexing is None and not self._closing:
+            self._unindexed += max(messages, 1)
+            if self._unindexed >= INDEX_MESSAGES and self._indexing is None and not self._closing:
                 self._indexing = asyncio.ensure_future(self._index_vectors())
 
     async def _index_vectors(self, *, to_end: bool = False) -> None:
@@ -172,7 +173,7 @@ class Executor:
         self._unindexed = 0
         try:
             while await self.write(
-                vectors.index(), action="indexing search text", single=True, lists=False
+                vectors.index(), action="indexing search text", single=True, lists=0
             ):
                 if self._closing and not to_end:
                     return
@@ -299,7 +300,7 @@ class Executor:
         action: str,
         conversation: str | None = None,
         single: bool = False,
-        lists: bool = True,
+        lists: int = 1,
     ) -> T:
         """Run ``program`` as one write transaction, to its end even when cancelled.
 
@@ -308,7 +309,8 @@ class Executor:
         under way; what the program raises propagates after the rollback. With
         ``single`` the program is one statement run as its own transaction (no BEGIN
         and COMMIT round trips): a failure during it leaves the outcome unknown.
-        ``lists=False``: the program lists nothing for the full-text index (the indexer's).
+        ``lists``: about how many messages it lists for the full-text index (0: none,
+        as the indexer's).
         """
         self.check()
         self.refuse_writes(action, conversation)
@@ -337,7 +339,7 @@ class Executor:
             # is dropped), so it needs no task of its own to run it to the end.
             value = await run()
             if lists:
-                self.listed()
+                self.listed(lists)
             return value
         if self._group is not None and not single:
             return await self._group.submit(program, action, conversation)
@@ -345,7 +347,7 @@ class Executor:
         async with self._writing(action, conversation):
             value = await run_to_completion(run())
         if lists:
-            self.listed()
+            self.listed(lists)
         return value
 
     async def snapshot(

@@ -29,8 +29,8 @@ statement that is its own write transaction (``FOR UPDATE SKIP LOCKED``: indexer
 several processes take different runs). A search reads the vectors of messages that
 are not listed and makes the listed messages' vectors itself
 (``_storage.statements.search``), so it needs no write first, and a read-only
-store finds everything too. Who indexes: a store in the background after every
-``INDEX_WRITES`` of its writes, and when it closes; a crash leaves the list to the next
+store finds everything too. Who indexes: a store in the background after about
+``INDEX_MESSAGES`` messages of its writes, and when it closes; a crash leaves the list to the next
 store that writes.
 """
 
@@ -47,7 +47,7 @@ from . import schema as s
 from .drivers import EXECUTE, FETCH, Driver, Step
 from .statements.search import search_pending, search_vectors
 
-__all__ = ["CHUNK", "INDEX_WRITES", "PENDING_TABLE", "RUNS", "PendingIndex", "VectorIndex"]
+__all__ = ["CHUNK", "INDEX_MESSAGES", "PENDING_TABLE", "RUNS", "PendingIndex", "VectorIndex"]
 
 PENDING_TABLE = "histstore_messages_fts_pending"
 """The rowids of messages whose text FTS5 does not hold yet (SQLite)."""
@@ -117,9 +117,10 @@ class PendingIndex:
         return bool(count == limit)
 
 
-INDEX_WRITES = 16
-"""Postgres: a store's writes after which it indexes the list in the background. Few, so
-that a search has little to make vectors for; each run costs a transaction."""
+INDEX_MESSAGES = 1_000
+"""Postgres: about how many messages a store writes before it indexes the list in the
+background. A search makes the vectors of what is listed (some 40 us a message), and an
+indexing run costs a transaction."""
 
 RUNS = 512
 """Postgres: listed runs indexed in one transaction at most (a run is what one statement
