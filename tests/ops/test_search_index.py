@@ -80,6 +80,27 @@ async def test_a_crash_leaves_nothing_search_cannot_find(shared_backend: Backend
     assert await listed(shared_backend) == 0
 
 
+async def test_a_store_that_keeps_writing_indexes_the_list_as_it_goes(
+    shared_backend: Backend,
+) -> None:
+    """Without a search or a close, a store that writes much indexes what it listed:
+    SQLite after 256 write groups, Postgres after about 1,000 messages."""
+    if shared_backend.name == "sqlite-memory":
+        return  # in memory, each search indexes the list (nothing to count here)
+    c = new_id()
+    async with shared_backend.connect() as store:
+        for i in range(300):  # 300 writes, 1,200 messages
+            await store.write(c, [{"role": "user", "content": f"heron {i}"}] * 4)
+        total = 1_200 if shared_backend.name == "sqlite-file" else 300
+        for _ in range(200):
+            if await listed(shared_backend) < total:
+                break
+            await asyncio.sleep(0.05)
+        assert await listed(shared_backend) < total
+        assert len(await store.search("heron", conversation=c, limit=2_000)) == 1_200
+    assert await listed(shared_backend) == 0
+
+
 async def test_a_read_only_store_ranks_listed_and_indexed_messages_together(
     shared_backend: Backend,
 ) -> None:
