@@ -205,7 +205,7 @@ class History:
             digest=batch.digest,
             roles=[r["role"] for r in rows],
             datas=[r["data"] for r in rows],
-            tokens=[r["token_count"] for r in rows],
+            tokens=[None if r["token_count"] is None else str(r["token_count"]) for r in rows],
             texts=[r["search_text"] for r in rows],
         )
         found = yield FETCH, ctx.sql.append_one, params

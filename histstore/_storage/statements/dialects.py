@@ -22,6 +22,7 @@ from sqlalchemy import (
     Table,
     Text,
     bindparam,
+    cast,
     func,
     literal_column,
     select,
@@ -123,7 +124,8 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
     batch under its key and insert the messages from arrays, in one statement that is
     its own transaction: one round trip instead of five (BEGIN, three statements,
     COMMIT). Parameters as the store's other statements, plus ``key``, ``digest`` and
-    the arrays ``roles``, ``datas``, ``tokens``. Returns the new length, or no row when
+    the arrays ``roles``, ``datas``, ``texts`` and ``tokens`` (token counts as text).
+    Returns the new length, or no row when
     a view may not see the conversation (then nothing was written). ``None`` where the
     dialect has no such statement (SQLite runs the append's program in one trip to its
     thread instead).
@@ -194,7 +196,9 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
         func.unnest(
             bindparam("roles", type_=postgresql.ARRAY(Text)),
             bindparam("datas", type_=postgresql.ARRAY(Text)),
-            bindparam("tokens", type_=postgresql.ARRAY(Integer)),
+            # Text, cast below: asyncpg looks up an int4[] parameter's type on every new
+            # connection (about 5 ms, a query of its own), text[] it knows.
+            bindparam("tokens", type_=postgresql.ARRAY(Text)),
             bindparam("texts", type_=postgresql.ARRAY(Text)),
         )
         .table_valued("role", "data", "token_count", "search_text", with_ordinality="ord")
@@ -205,7 +209,7 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
         recorded.c.position + rows.c.ord - 1,
         rows.c.role,
         rows.c.data,
-        rows.c.token_count,
+        cast(rows.c.token_count, Integer),
         now,
         rows.c.search_text,
         grown.c.next_entry - n + rows.c.ord - 1,
