@@ -84,8 +84,17 @@ def _up(q: str) -> list[str]:
         # A pending list of 256 kB, as the index on the row had.
         f"CREATE INDEX ix_histstore_search_vectors_vector ON {q}histstore_search_vectors"
         " USING gin (vector) WITH (gin_pending_list_limit = 256)",
-        # Each run of consecutive entry ids of a conversation among the new rows.
-        f"CREATE FUNCTION {q}{_ADDED}() {fn}"  # noqa: S608 - names, no input
+        # Each run of consecutive entry ids of a conversation among the new rows; first
+        # the common case, one run (an append), in one pass over them.
+        f"CREATE FUNCTION {q}{_ADDED}() RETURNS trigger LANGUAGE plpgsql"  # noqa: S608 - names, no input
+        " SET search_path FROM CURRENT AS $$"
+        " DECLARE c0 text; c1 text; lo bigint; hi bigint; n bigint; BEGIN"
+        " SELECT min(conversation_id), max(conversation_id), min(entry_id), max(entry_id),"
+        " count(*) INTO c0, c1, lo, hi, n FROM added WHERE search_text IS NOT NULL;"
+        " IF n = 0 THEN RETURN NULL; END IF;"
+        " IF c0 = c1 AND hi - lo + 1 = n THEN"
+        f" INSERT INTO {q}histstore_search_pending (conversation_id, first_entry, last_entry)"
+        " VALUES (c0, lo, hi); RETURN NULL; END IF;"
         f" INSERT INTO {q}histstore_search_pending (conversation_id, first_entry, last_entry)"
         " SELECT conversation_id, min(entry_id), max(entry_id) FROM (SELECT conversation_id,"
         " entry_id, entry_id - row_number() OVER (PARTITION BY conversation_id"

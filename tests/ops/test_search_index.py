@@ -101,6 +101,35 @@ async def test_a_store_that_keeps_writing_indexes_the_list_as_it_goes(
     assert await listed(shared_backend) == 0
 
 
+async def test_entries_a_revert_brings_back_are_found_again(shared_backend: Backend) -> None:
+    """A revert puts back entries that were spliced out in two places: one statement
+    stores entries whose ids are not consecutive; listed or indexed, search finds them."""
+    c = new_id()
+    async with shared_backend.connect() as store:
+        await store.write(c, [{"role": "user", "content": f"gull {i}"} for i in range(6)])
+        before = (await store.edit(c)).revision
+        for at in (4, 1):  # entries 5, then 2
+            value = await store.edit(c)
+            value.splice(at, at + 1, [], by="test")
+            await store.commit(value)
+        await store.internals.executor.index_list()
+        assert sorted(h.position for h in await store.search("gull", conversation=c)) == [
+            0,
+            1,
+            2,
+            3,
+        ]
+        await store.revert(c, before, by="test")
+        async with shared_backend.connect(read_only=True) as reader:
+            hits = await reader.search("gull", conversation=c)
+            assert sorted(h.position for h in hits) == list(range(6))
+        await store.internals.executor.index_list()
+        hits = await store.search("gull", conversation=c)
+        assert sorted((h.position, h.message.content) for h in hits) == [
+            (i, f"gull {i}") for i in range(6)
+        ]
+
+
 async def test_a_read_only_store_ranks_listed_and_indexed_messages_together(
     shared_backend: Backend,
 ) -> None:

@@ -410,3 +410,21 @@ async def test_vector_table_upgrade_and_downgrade_keep_every_message_found(
         assert sorted(h.position for h in await store.search("walrus")) == [0, 1, 2]
     if pg:
         assert await count("SELECT count(*) FROM histstore_search_vectors") == 3
+        # One statement storing entries of two conversations, with a gap: three runs.
+        async with engine.begin() as conn:
+            await conn.execute(text("DELETE FROM histstore_search_pending"))
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_messages (conversation_id, position, data,"
+                    " created_at, search_text, entry_id) SELECT c, p, '{}', now(), 'tern', e"
+                    " FROM (VALUES ('x', 0, 1), ('x', 1, 2), ('x', 2, 4), ('y', 0, 1))"
+                    " AS v(c, p, e)"
+                )
+            )
+            runs = await conn.execute(
+                text(
+                    "SELECT conversation_id, first_entry, last_entry FROM histstore_search_pending"
+                    " ORDER BY 1, 2"
+                )
+            )
+            assert [tuple(r) for r in runs] == [("x", 1, 2), ("x", 4, 4), ("y", 1, 1)]
