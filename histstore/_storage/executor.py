@@ -29,7 +29,7 @@ from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_di
 from .engine import SETTINGS_OPTION, SqliteSettings, is_memory_url
 from .group_commit import GroupCommit
 from .lending import READ_SLOTS, LentConnection, WriteTurn
-from .search_index import INDEX_MESSAGES, PendingIndex, VectorIndex
+from .search_index import BackgroundIndexer, PendingIndex, VectorIndex
 from .statements import dialects as _dialects
 from .transaction import Transaction
 from .write_gate import WriteGate
@@ -72,7 +72,6 @@ class Executor:
         self._cache = ConnectionCache.for_engine(engine)
         self._in_memory = is_memory_url(engine.url)
         self._closed = False
-        self._closing = False  # Postgres: ``close`` indexes the rest itself
         self._loop: asyncio.AbstractEventLoop | None = None
         with_settings: dict[str, Any] = {} if sqlite is None else {SETTINGS_OPTION: sqlite}
         self._engines = {
@@ -98,9 +97,11 @@ class Executor:
         )
         self.pending: PendingIndex | None = None if sqlite is None else PendingIndex(self.driver)
         """SQLite's pending list of the full-text index (``_storage.search_index``)."""
-        self._vectors = None if sqlite is not None or read_only else VectorIndex(self.driver)
-        self._unindexed = 0  # Postgres: messages written since the last indexing began
-        self._indexing: asyncio.Task[None] | None = None
+        self._indexer = (
+            None
+            if sqlite is not None or read_only
+            else BackgroundIndexer(VectorIndex(self.driver), self._index_run)
+        )
         self._group: GroupCommit | None = None
         if self._gated and self.driver.groups:
             index = None if read_only or self.pending is None else self.pending.index
@@ -149,7 +150,8 @@ class Executor:
             self.check()
             if self._group is not None:
                 await self._group.wait_idle()
-            await self._index_at_close()
+            if self._indexer is not None:
+                await self._indexer.close()
         self._closed = True
         await release_connections(self._cache, self._base_engine, dispose, orphaned=orphaned)
 
@@ -159,46 +161,21 @@ class Executor:
         (``_storage.search_index``)."""
         if self._group is not None:
             self._group.note_listed()
-        elif self._vectors is not None:
-            self._unindexed += max(messages, 1)
-            if self._unindexed >= INDEX_MESSAGES and self._indexing is None and not self._closing:
-                self._indexing = asyncio.ensure_future(self._index_vectors())
+        elif self._indexer is not None:
+            self._indexer.listed(messages)
 
-    async def _index_vectors(self, *, to_end: bool = False) -> None:
-        """Index Postgres's pending list, a chunk per transaction, while chunks find more
-        (``to_end``: also once the store is closing). Best effort: a failure leaves the
-        list to a later run, to close, or to the next store."""
-        vectors = self._vectors
-        assert vectors is not None
-        self._unindexed = 0
-        try:
-            while await self.write(
-                vectors.index(), action="indexing search text", single=True, lists=0
-            ):
-                if self._closing and not to_end:
-                    return
-        except Exception:  # noqa: BLE001 - best effort, see above
-            self._unindexed = max(self._unindexed, 1)
-        finally:
-            if not to_end:
-                self._indexing = None
-
-    async def _index_at_close(self) -> None:
-        """Postgres: index what this store's writes listed before it closes."""
-        if self._vectors is None:
-            return
-        self._closing = True
-        if self._indexing is not None:
-            await asyncio.shield(self._indexing)
-        if self._unindexed:
-            await self._index_vectors(to_end=True)
+    def index_soon(self) -> None:
+        """Postgres, a writable store: index the pending list in the background, unless a
+        run is under way (after a search, which made the listed messages' vectors)."""
+        if self._indexer is not None:
+            self._indexer.soon()
 
     async def index_list(self) -> None:
         """Index the full-text index's whole pending list (``_storage.search_index``), as
         a search of a writable SQLite store does first when the list holds messages."""
-        if self._vectors is not None:
+        if self._indexer is not None:
             self.check()
-            await self._index_vectors(to_end=True)
+            await self._indexer.run(to_end=True)
             return
         assert self.pending is not None
         program, action = self.pending.index(None), "indexing search text"
@@ -207,6 +184,9 @@ class Executor:
         else:  # marked as the indexer's: it lists nothing (``_storage.group_commit``)
             self.check()
             await self._group.submit(program, action, None, indexing=True)
+
+    async def _index_run(self, program: Program[bool]) -> bool:
+        return await self.write(program, action="indexing search text", single=True, lists=0)
 
     def compile(self, stmt: ClauseElement) -> CompiledStatement:
         """Compile a Core statement for this store's driver."""

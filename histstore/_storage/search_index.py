@@ -36,7 +36,8 @@ store that writes.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import asyncio
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, bindparam, delete, func, literal_column, select, text
@@ -47,7 +48,15 @@ from . import schema as s
 from .drivers import EXECUTE, FETCH, Driver, Step
 from .statements.search import search_pending, search_vectors
 
-__all__ = ["CHUNK", "INDEX_MESSAGES", "PENDING_TABLE", "RUNS", "PendingIndex", "VectorIndex"]
+__all__ = [
+    "CHUNK",
+    "INDEX_MESSAGES",
+    "PENDING_TABLE",
+    "RUNS",
+    "BackgroundIndexer",
+    "PendingIndex",
+    "VectorIndex",
+]
 
 PENDING_TABLE = "histstore_messages_fts_pending"
 """The rowids of messages whose text FTS5 does not hold yet (SQLite)."""
@@ -181,3 +190,53 @@ class VectorIndex:
         holds; returns whether the list may hold more."""
         taken = (yield FETCH, self._index, {"n": runs})[0][0]
         return bool(taken == runs)
+
+
+class BackgroundIndexer:
+    """Postgres: who runs ``VectorIndex`` for a writable store. A task of its own after
+    about ``INDEX_MESSAGES`` messages of the store's writes (``listed``) or on request
+    (``soon``), one run at a time; ``close`` waits for it and indexes the rest. Best
+    effort: a failed run leaves the list to a later run, to close, or to the next store
+    (the list is durable). ``write`` runs a program as its own write transaction."""
+
+    def __init__(
+        self, index: VectorIndex, write: Callable[[Generator[Step, Any, bool]], Awaitable[bool]]
+    ) -> None:
+        self._index = index
+        self._write = write
+        self._unindexed = 0  # messages written since the last run began
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+
+    def listed(self, messages: int) -> None:
+        """A write of the store committed, listing about ``messages`` messages."""
+        self._unindexed += max(messages, 1)
+        if self._unindexed >= INDEX_MESSAGES:
+            self.soon()
+
+    def soon(self) -> None:
+        """Start a run in the background, unless one is under way or the store closes."""
+        if self._task is None and not self._closing:
+            self._task = asyncio.ensure_future(self.run())
+
+    async def run(self, *, to_end: bool = False) -> None:
+        """Index the list, a chunk per transaction, while chunks find more; unless
+        ``to_end``, only until the store starts closing."""
+        self._unindexed = 0
+        try:
+            while await self._write(self._index.index()):
+                if self._closing and not to_end:
+                    return
+        except Exception:  # noqa: BLE001 - best effort, see above
+            self._unindexed = max(self._unindexed, 1)
+        finally:
+            if not to_end:
+                self._task = None
+
+    async def close(self) -> None:
+        """Before the store closes: let a run end, then index what the store listed."""
+        self._closing = True
+        if self._task is not None:
+            await asyncio.shield(self._task)
+        if self._unindexed:
+            await self.run(to_end=True)
