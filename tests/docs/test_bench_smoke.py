@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers import REPO
 
 BENCH = REPO / "bench" / "turns.py"
@@ -37,10 +38,14 @@ def test_quick_sqlite_run_prints_the_ratio_table(tmp_path: Path) -> None:
     assert list(json.loads(out.read_text())["results"]) == ["sqlite"]
 
 
-def run_quick(script: str, tmp_path: Path) -> tuple[list[str], dict[str, Any]]:
-    """Run ``bench/<script> --quick --backend sqlite``; its stdout lines and JSON document."""
+def run_quick(
+    script: str, tmp_path: Path, pg_url: str | None = None
+) -> tuple[list[str], dict[str, Any]]:
+    """Run ``bench/<script> --quick --backend sqlite`` (``postgres`` on ``pg_url``); its
+    stdout lines and JSON document."""
     out = tmp_path / "results.json"
-    args = ["--quick", "--backend", "sqlite", "--sqlite-dir", str(tmp_path), "--json", str(out)]
+    backend = ["sqlite"] if pg_url is None else ["postgres", "--pg-url", pg_url]
+    args = ["--quick", "--backend", *backend, "--sqlite-dir", str(tmp_path), "--json", str(out)]
     proc = subprocess.run(
         [sys.executable, str(BENCH.parent / script), *args],
         capture_output=True,
@@ -97,12 +102,16 @@ def test_quick_search_run_times_both_stores_and_the_semantic_index(tmp_path: Pat
     assert result["semantic"]["alone_us"] > 0
 
 
-def test_quick_search_turns_run_compares_with_and_without_the_index(tmp_path: Path) -> None:
-    lines, doc = run_quick("search_turns.py", tmp_path)
-    assert any(line.startswith("sqlite") and "sequential" in line for line in lines)
-    assert any(line.startswith("sqlite") and "16 tasks" in line for line in lines)
-    assert any(line.startswith("sqlite") and "bulk + search" in line for line in lines)
-    result = doc["results"]["sqlite"]
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_quick_search_turns_run_compares_with_and_without_the_index(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    pg_url = request.getfixturevalue("pg_url") if backend == "postgres" else None
+    lines, doc = run_quick("search_turns.py", tmp_path, pg_url)
+    assert any(line.startswith(backend) and "sequential" in line for line in lines)
+    assert any(line.startswith(backend) and "16 tasks" in line for line in lines)
+    assert any(line.startswith(backend) and "bulk + search" in line for line in lines)
+    result = doc["results"][backend]
     for scenario in ("1", "16", "bulk"):
         assert result[scenario]["indexed"] > 0
         assert result[scenario]["bare"] > 0
