@@ -17,7 +17,6 @@ from sqlalchemy import (
     DateTime,
     Dialect,
     Float,
-    ForeignKeyConstraint,
     Index,
     Integer,
     LargeBinary,
@@ -70,6 +69,8 @@ PG_SEARCH_TABLES = ("histstore_search_vectors", "histstore_search_pending")
 """Postgres's full-text index: the vectors and their pending list (revision e9a4c2f8b5d1;
 described in ``_storage.statements.search``)."""
 MESSAGE_ENTRY_INDEX = "ix_histstore_messages_entry"
+VECTORS_FOREIGN_KEY = "fk_histstore_vectors_conversation_id_histstore_messages"
+"""The foreign key of semantic vectors to messages, until f7c2a9d3e8b4 (SQLite keeps it)."""
 """Postgres: messages by ``(conversation_id, entry_id)``, how the full-text index names them."""
 
 
@@ -77,13 +78,15 @@ def described(name: str | None, type_: str) -> bool:
     """Whether a histstore table, column or index is one this metadata describes: the
     full-text index (SQLite's FTS5 table and its pending list; Postgres's vectors, their
     pending list and the entry index they go by) is made by its migration alone, as it
-    differs by database."""
+    differs by database, and so is the semantic vectors' foreign key (SQLite only)."""
     if name is None:
         return True
     if type_ == "table":
         return not name.startswith(FTS_TABLE) and name not in PG_SEARCH_TABLES
     if type_ == "index":
         return name != MESSAGE_ENTRY_INDEX and not any(t in name for t in PG_SEARCH_TABLES)
+    if type_ == "foreign_key_constraint":  # SQLite's tables keep it, unenforced
+        return name != VECTORS_FOREIGN_KEY
     return True
 
 
@@ -309,8 +312,9 @@ list_items = Table(
 
 # Embeddings of messages for ``SemanticIndex``: one unit-length float32 vector (little
 # endian) per message and embedding model. Deleting a message deletes its vectors in
-# the same statement (Postgres: this foreign key; SQLite: a trigger), so a vector always
-# belongs to the message stored at its position now.
+# the same statement (a trigger on each database; no foreign key, whose check of every
+# moved row was half of a long splice: f7c2a9d3e8b4), so a vector always belongs to the
+# message stored at its position now.
 vectors = Table(
     "histstore_vectors",
     metadata,
@@ -319,11 +323,6 @@ vectors = Table(
     Column("model", ID, nullable=False),
     Column("vector", LargeBinary, nullable=False),
     PrimaryKeyConstraint("conversation_id", "position", "model"),
-    ForeignKeyConstraint(
-        ["conversation_id", "position"],
-        [messages.c.conversation_id, messages.c.position],
-        ondelete="CASCADE",
-    ),
     Index(None, "model", "conversation_id", "position"),
 )
 

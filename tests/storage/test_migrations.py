@@ -428,3 +428,60 @@ async def test_vector_table_upgrade_and_downgrade_keep_every_message_found(
                 )
             )
             assert [tuple(r) for r in runs] == [("x", 1, 2), ("x", 4, 4), ("y", 1, 1)]
+
+
+async def test_semantic_vectors_trigger_upgrade_and_downgrade(
+    engine: AsyncEngine, empty_url: str
+) -> None:
+    """Revision f7c2a9d3e8b4: a statement trigger, not a foreign key, deletes a message's
+    semantic vectors on Postgres (SQLite's trigger stays); a downgrade drops vectors
+    without a message and makes the foreign key again."""
+    pg = not empty_url.startswith("sqlite")
+
+    async def vector_positions() -> list[int]:
+        async with engine.connect() as conn:
+            found = await conn.execute(
+                text(
+                    "SELECT position FROM histstore_vectors WHERE conversation_id = 'c' ORDER BY 1"
+                )
+            )
+            return [r[0] for r in found]
+
+    async def foreign_keys() -> int:
+        async with engine.connect() as conn:
+            found = await conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_constraint WHERE conname ="
+                    " 'fk_histstore_vectors_conversation_id_histstore_messages'"
+                )
+            )
+            return int(found.scalar_one())
+
+    await alembic(engine, "upgrade", "head")
+    async with histstore.connect(empty_url) as store:
+        await store.write("c", [{"role": "user", "content": f"owl {i}"} for i in range(5)])
+    async with engine.begin() as conn:
+        for p in (*range(5), 99):  # 99: no message there (the foreign key is gone)
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_vectors (conversation_id, position, model, vector)"
+                    " VALUES ('c', :p, 'm', :v)"
+                ),
+                {"p": p, "v": b"\0\0\x80\x3f"},
+            )
+    async with histstore.connect(empty_url) as store:
+        await store.pop("c")
+    assert await vector_positions() == [0, 1, 2, 3, 99]
+    await alembic(engine, "downgrade", "e9a4c2f8b5d1")
+    if pg:
+        assert await vector_positions() == [0, 1, 2, 3]
+        assert await foreign_keys() == 1
+    await alembic(engine, "upgrade", "head")
+    if pg:
+        assert await foreign_keys() == 0
+    async with histstore.connect(empty_url) as store:
+        await store.pop("c")
+        value = await store.edit("c")
+        value.splice(0, 1, [], by="test")  # the rest move: their vectors go
+        await store.commit(value)
+    assert [p for p in await vector_positions() if p < 99] == []

@@ -159,14 +159,15 @@ class EditStatements:
         )
         # The rows from ``start`` on move by ``shift`` positions, two set-based UPDATEs
         # whatever their number: first to negative positions, where none collides with a
-        # row that has yet to move (-1 - the new position), then back. Their vectors go
-        # first (a vector belongs to a position; the embedder makes them again). The
-        # full-text index follows by itself: FTS5 rows are keyed by rowid, which an
-        # UPDATE keeps; a tsvector is part of its row.
+        # row that has yet to move (-1 - the new position), then back. Then the semantic
+        # vectors from ``start`` on go (a vector belongs to a position; the embedder
+        # makes them again): after the moves, so a vector stored while they waited for
+        # its message's row goes too (no foreign key refuses the move, f7c2a9d3e8b4).
+        # The full-text index follows by itself: FTS5 rows are keyed by rowid, which an
+        # UPDATE keeps; Postgres's vectors by entry id, which a move keeps.
         v = s.vectors
         shift = bindparam("shift", type_=big)
         self.move_tail = [
-            compile_(delete(v).where(v.c.conversation_id == conv_id, v.c.position >= start)),
             compile_(
                 update(_msg)
                 .where(_msg.c.conversation_id == conv_id, _msg.c.position >= start)
@@ -177,6 +178,7 @@ class EditStatements:
                 .where(_msg.c.conversation_id == conv_id, _msg.c.position < 0)
                 .values(position=-1 - _msg.c.position)
             ),
+            compile_(delete(v).where(v.c.conversation_id == conv_id, v.c.position >= start)),
         ]
         a_ins = _dialects.insert(dialect, a)
         self.put_aside = compile_(
