@@ -38,6 +38,19 @@ Steps = Generator[Step, Any, T]
 
 _LARGE = 1000
 """Commits that may write more message rows than this are planned off the event loop."""
+_ARRAYS = (
+    ("roles", "role"),
+    ("datas", "data"),
+    ("tokens", "token_count"),
+    ("times", "created_at"),
+    ("texts", "search_text"),
+    ("entry_ids", "entry_id"),
+    ("authors", "author"),
+)
+"""The array parameters of ``insert_message_arrays`` and the row columns they hold."""
+ROWS_AT_ONCE = 8_192
+"""Message rows a commit makes and sends at once at most: a revert that puts back
+90,000 entries holds a few thousand rows at a time, not all of them."""
 
 
 def load(ctx: Context, conversation: str, *, lock: bool = False) -> Steps[Conversation | None]:
@@ -138,7 +151,8 @@ def _entry_row(
 @dataclass
 class CommitWrites:
     """What a commit writes besides the change records: the conversation row's new
-    state, the message rows of ``[start, stop)`` (``cut``: the rows deleted first:
+    state, the message rows of ``[start, stop)`` (made from ``entries`` as they are
+    written, ``ROWS_AT_ONCE`` at a time; ``cut``: the rows deleted first:
     ``"range"`` the same range, ``"tail"`` everything from ``start``, ``"move"`` the
     stored rows of ``[start, tail)``, after which the rows from ``tail`` on, which did
     not change, move by ``shift`` positions), and the asides and turn records that
@@ -148,7 +162,7 @@ class CommitWrites:
     start: int
     stop: int
     cut: str | None
-    rows: list[dict[str, Any]]
+    entries: Sequence[Entry]
     gone_asides: list[int]
     asides: list[dict[str, Any]]
     turns: list[dict[str, Any]]
@@ -218,11 +232,11 @@ def commit_writes(
         start=p,
         stop=stop,
         cut=cut,
-        rows=[_entry_row(ctx, conversation, i, new[i], now) for i in range(p, stop)],
+        entries=new[p:stop],
         gone_asides=sorted(before.asides.keys() - after.asides.keys()),
         asides=asides,
         turns=[
-            _turn_row(conversation, t, now)
+            _rows.turn_row(conversation, t, now)
             for i, t in enumerate(after.turns)
             if i >= len(before.turns) or before.turns[i] != t
         ],
@@ -269,23 +283,18 @@ def persist(
             yield EXECUTE, edit.delete_range, {"c": c, "start": work.start, "stop": work.tail}
         for stmt in edit.move_tail:
             yield EXECUTE, stmt, {"c": c, "start": work.tail, "shift": work.shift}
-    if work.rows and sql.insert_message_arrays is not None and len(work.rows) > 1:
-        # One statement for the whole run of rows (their positions follow each other).
-        rows = work.rows
-        arrays = {
-            "c": c,
-            "first": work.start,
-            "roles": [r["role"] for r in rows],
-            "datas": [r["data"] for r in rows],
-            "tokens": [r["token_count"] for r in rows],
-            "times": [r["created_at"] for r in rows],
-            "texts": [r["search_text"] for r in rows],
-            "entry_ids": [r["entry_id"] for r in rows],
-            "authors": [r["author"] for r in rows],
-        }
-        yield EXECUTE, sql.insert_message_arrays, arrays
-    elif work.rows:
-        yield EXECUTE_MANY, sql.insert_messages, work.rows
+    entries = work.entries
+    for lo in range(0, len(entries), ROWS_AT_ONCE):
+        rows = [
+            _entry_row(ctx, c, work.start + i, entries[i], now)
+            for i in range(lo, min(len(entries), lo + ROWS_AT_ONCE))
+        ]
+        if sql.insert_message_arrays is not None and len(rows) > 1:
+            # One statement for the whole run of rows (their positions follow each other).
+            arrays = {name: [r[column] for r in rows] for name, column in _ARRAYS}
+            yield EXECUTE, sql.insert_message_arrays, {"c": c, "first": work.start + lo, **arrays}
+        else:
+            yield EXECUTE_MANY, sql.insert_messages, rows
     for aside_id in work.gone_asides:
         yield EXECUTE, edit.delete_aside, {"c": c, "aside_id": aside_id}
     if work.asides:
@@ -295,18 +304,6 @@ def persist(
     records = [_rows.change_row(c, first + i, change, now) for i, change in enumerate(changes)]
     yield EXECUTE_MANY, edit.insert_change, records
     return revision
-
-
-def _turn_row(conversation: str, turn: TurnRecord, now: datetime) -> dict[str, Any]:
-    return {
-        "conversation_id": conversation,
-        "number": turn.number,
-        "start": turn.start,
-        "opened_at": turn.opened_at or now,
-        "end": turn.end,
-        "ended_at": turn.ended_at or (now if turn.end is not None else None),
-        "usage": None if turn.usage is None else _codec.encode(dict(turn.usage))[0],
-    }
 
 
 class Editing:

@@ -135,12 +135,13 @@ class CompiledStatement:
     def args(self, params: Mapping[str, Any], memo: Memo | None = None) -> list[Any]:
         """The positional arguments for ``params`` (a mapping of bind names to values).
 
-        ``memo`` shares converted values between calls (the statements and rows of one
-        write repeat the same timestamp, whose conversion is the costly one on SQLite);
-        the values it was filled from must outlive it. A ``datetime`` is shared by its
-        value, so equal times made apart (the rows of a revert or an import, each read
-        back on its own) are converted once: with its zone and ``fold`` in the key, equal
-        such values convert alike.
+        ``memo`` shares converted times between calls (the statements and rows of one
+        write repeat the same timestamp, whose conversion is the costly one on SQLite),
+        keyed by value, so equal times made apart (the rows of a revert or an import,
+        each read back on its own) are converted once: with its zone and ``fold`` in the
+        key, equal such values convert alike. Other values are converted each time: a
+        key by identity would hand a later value the conversion of an earlier one the
+        program let go of, whose id it was given (a program's successive arrays).
         """
         if memo is None:
             memo = {}
@@ -150,10 +151,10 @@ class CompiledStatement:
             if proc is None or value is None:
                 out.append(value)
                 continue
-            if type(value) is datetime:
-                key: tuple[Any, ...] = (id(proc), value, value.tzinfo, value.fold)
-            else:
-                key = (id(proc), id(value))
+            if type(value) is not datetime:
+                out.append(proc(value))
+                continue
+            key = (id(proc), value, value.tzinfo, value.fold)
             if key not in memo:
                 memo[key] = proc(value)
             out.append(memo[key])

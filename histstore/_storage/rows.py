@@ -11,10 +11,12 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from .._core import codec as _codec
 from .._core.rules import Batch, role_key
 from .._core.search_text import indexed_text
 from .._editable.change_log import encode
 from .._editable.changes import Change
+from .._editable.entries import TurnRecord
 
 __all__ = [
     "SEARCH_TEXT_BYTES",
@@ -24,6 +26,7 @@ __all__ = [
     "now",
     "record_row",
     "searchable",
+    "turn_row",
 ]
 
 Row = dict[str, Any]
@@ -133,4 +136,18 @@ def record_row(
         "author": author,
         "at": at,
         "record": record,
+    }
+
+
+def turn_row(conversation: str, turn: TurnRecord, now: datetime) -> Row:
+    """A row of the turns table: ``turn`` of ``conversation``, its times ``now`` where it
+    has none."""
+    return {
+        "conversation_id": conversation,
+        "number": turn.number,
+        "start": turn.start,
+        "opened_at": turn.opened_at or now,
+        "end": turn.end,
+        "ended_at": turn.ended_at or (now if turn.end is not None else None),
+        "usage": None if turn.usage is None else _codec.encode(dict(turn.usage))[0],
     }

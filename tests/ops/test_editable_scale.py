@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from histstore import Conversation, Message, SemanticIndex, Store
+from histstore._ops import editing as _editing
 
 LONG = 2_000
 
@@ -113,6 +114,25 @@ async def test_a_length_changing_splice_near_the_start_takes_bounded_statements(
     assert [h.position for h in await store.search(f"word{LONG - 1}", conversation=cid)] == [
         LONG - 1
     ]
+
+
+async def test_a_revert_puts_back_many_entries_a_few_thousand_rows_at_a_time(
+    store: Store, cid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A revert that puts back more entries than a commit sends at once (here 300 at a
+    time) stores them all, in order, with their ids, found by search."""
+    monkeypatch.setattr(_editing, "ROWS_AT_ONCE", 300)
+    await _long(store, cid, LONG)
+    with counting(store, monkeypatch) as seen:
+        await store.revert(cid, 1, by="test")  # the first 500
+    assert seen.count <= 16
+    assert await store.count(cid) == 500
+    await store.revert(cid, 4, by="test")  # back to all 2,000: 1,500 rows in 5 parts
+    back = await store.read(cid)
+    assert [m.content for m in back] == [f"entry{i} word{i}" for i in range(LONG)]
+    assert [m.entry_id for m in back] == list(range(1, LONG + 1))
+    for i in (500, 799, 800, 1999):
+        assert [h.position for h in await store.search(f"word{i}", conversation=cid)] == [i]
 
 
 async def test_statements_do_not_grow_with_the_conversation(
