@@ -215,8 +215,9 @@ class BackgroundIndexer:
             self.soon()
 
     def soon(self) -> None:
-        """Start a run in the background, unless one is under way or the store closes."""
-        if self._task is None and not self._closing:
+        """Start a run in the background, unless one is under way or the store closes
+        (a run cancelled before it began left its task behind)."""
+        if (self._task is None or self._task.done()) and not self._closing:
             self._task = asyncio.ensure_future(self.run())
 
     async def run(self, *, to_end: bool = False) -> None:
@@ -237,6 +238,8 @@ class BackgroundIndexer:
         """Before the store closes: let a run end, then index what the store listed."""
         self._closing = True
         if self._task is not None:
-            await asyncio.shield(self._task)
+            # Not ``await self._task``: a run cancelled by the loop's shutdown must not
+            # make ``close`` raise; a cancelled ``close`` still raises, leaving the run be.
+            await asyncio.wait([self._task])
         if self._unindexed:
             await self.run(to_end=True)

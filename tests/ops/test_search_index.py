@@ -133,6 +133,29 @@ async def test_entries_a_revert_brings_back_are_found_again(shared_backend: Back
         ]
 
 
+async def test_a_store_closes_after_its_background_work_was_cancelled(
+    shared_backend: Backend,
+) -> None:
+    """As ``asyncio.run`` does at its end: every other task is cancelled, the store's
+    background indexing among them, and then the store closes; what it listed is
+    indexed, at the latest by the next store."""
+    c = new_id()
+    store = await shared_backend.connect()
+    for i in range(255):
+        await store.write(c, [{"role": "user", "content": f"ibis {i}"}] * 3)
+    # The 256th write group, the 1,065th message: indexing starts in the background.
+    await store.write(c, [{"role": "user", "content": "ibis"}] * 300)
+    others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in others:
+        task.cancel()
+    await asyncio.gather(*others, return_exceptions=True)
+    await store.close()
+    async with shared_backend.connect() as again:
+        assert len(await again.search("ibis", conversation=c, limit=2_000)) == 1_065
+        await again.internals.executor.index_list()
+    assert await listed(shared_backend) == 0
+
+
 async def test_a_read_only_store_ranks_listed_and_indexed_messages_together(
     shared_backend: Backend,
 ) -> None:
