@@ -39,7 +39,7 @@ and number leaves of a JSON value) or ``arguments`` (tool-call arguments: a JSON
 a JSON value, as ``search_text`` reads them)."""
 
 # Pydantic AI request parts that answer a tool call of an earlier response, by id.
-_PYDANTIC_RESULTS = frozenset({"tool-return", "retry-prompt"})
+_PYDANTIC_RESULTS = ("tool-return", "retry-prompt")  # compared, never hashed: any JSON may come
 
 
 def envelope(d: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:

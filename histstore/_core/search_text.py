@@ -84,6 +84,8 @@ def indexed_text(message: Message | Mapping[str, Any]) -> str | None:
 
 def _pieces(d: dict[str, Any]) -> Iterator[str]:
     kind = d.get("type")
+    if not isinstance(kind, str):  # beside a role, "type" may hold any JSON value
+        kind = None
     framework = envelope(d)
     if framework is not None:
         yield from _framework(*framework)
@@ -139,6 +141,8 @@ def _content(value: Any) -> Iterator[str]:
 
 def _block(block: dict[str, Any]) -> Iterator[str]:
     kind = block.get("type")
+    if not isinstance(kind, str):
+        return
     if kind in TEXT_BLOCKS:
         text = block.get("text")
         if isinstance(text, str):

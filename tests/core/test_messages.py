@@ -356,6 +356,35 @@ async def test_any_json_round_trips_through_the_store(
     assert [m.position for m in back] == list(range(len(batch)))
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"role": "assistant", "content": "kept", "type": []},
+        {
+            "role": "user",
+            "content": [{"type": {"a": 1}, "text": "x"}, {"type": "text", "text": "kept"}],
+        },
+        {
+            "type": "pydantic_ai",
+            "message": {"kind": "request", "parts": [{"part_kind": [], "content": "x"}]},
+        },
+    ],
+    ids=["message-type", "block-type", "part-kind"],
+)
+def test_a_type_that_is_not_a_string_is_no_text_kind(message: dict[str, Any]) -> None:
+    """Beside a role, ``type`` (of a message, a block, a framework part) may hold any JSON
+    value: it then names no kind of text or turn, and the rest is read as usual."""
+    m = histstore.Message.from_dict(message)
+    assert histstore.indexed_text(m) in ("kept", None)
+    assert histstore.turns.split_turns([m]) == [[m]]
+    assert histstore.turns.pending_tool_calls([m]) == []
+
+
+@given(extra=st.dictionaries(st.sampled_from(["type", "content", "tool_calls"]), json_values))
+def test_indexed_text_takes_any_json_message(extra: dict[str, Any]) -> None:
+    histstore.indexed_text(histstore.Message.from_dict({**extra, "role": "assistant"}))
+
+
 # ---------------------------------------------------------------- ids
 
 
