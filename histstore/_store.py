@@ -270,8 +270,9 @@ class Store(EditableCalls):
         whole, case-insensitively, without stemming; a phrase matches its words in
         order. The query is only ever matched as text, never read as the database's
         own query language. Served by the database's full-text index (SQLite FTS5,
-        Postgres ``tsvector`` with GIN), which changes in the same transaction as the
-        messages. A view searches only its user's conversations.
+        Postgres ``tsvector`` with GIN) and its pending list, which change in the same
+        transaction as the messages: a search finds every write that returned before
+        it. A view searches only its user's conversations.
 
         Args:
             query: words and quoted phrases.
