@@ -313,19 +313,17 @@ class Executor:
                 raise failure(action, conversation, exc, name) from exc
             return value.value if isinstance(value, Rollback) else value
 
+        if self._group is not None and not single:
+            return await self._group.submit(program, action, conversation)
         if single and not self._gated:
             # One statement is its own transaction on the server: a cancellation during
             # it leaves nothing half done (the connection, whose state is then unknown,
             # is dropped), so it needs no task of its own to run it to the end.
             value = await run()
-            if lists:
-                self.listed(lists)
-            return value
-        if self._group is not None and not single:
-            return await self._group.submit(program, action, conversation)
-        # Waiting for the write turn can be cancelled; the transaction, once begun, ends.
-        async with self._writing(action, conversation):
-            value = await run_to_completion(run())
+        else:
+            # Waiting for the write turn can be cancelled; the transaction, once begun, ends.
+            async with self._writing(action, conversation):
+                value = await run_to_completion(run())
         if lists:
             self.listed(lists)
         return value

@@ -139,9 +139,9 @@ def record_row(
     }
 
 
-def turn_row(conversation: str, turn: TurnRecord, now: datetime) -> Row:
+def turn_row(conversation: str, turn: TurnRecord, now: datetime | None) -> Row:
     """A row of the turns table: ``turn`` of ``conversation``, its times ``now`` where it
-    has none."""
+    has none (an open turn has no end time; ``None``: the times as they are)."""
     return {
         "conversation_id": conversation,
         "number": turn.number,

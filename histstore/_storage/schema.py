@@ -69,9 +69,9 @@ PG_SEARCH_TABLES = ("histstore_search_vectors", "histstore_search_pending")
 """Postgres's full-text index: the vectors and their pending list (revision e9a4c2f8b5d1;
 described in ``_storage.statements.search``)."""
 MESSAGE_ENTRY_INDEX = "ix_histstore_messages_entry"
+"""Postgres: messages by ``(conversation_id, entry_id)``, how the full-text index names them."""
 VECTORS_FOREIGN_KEY = "fk_histstore_vectors_conversation_id_histstore_messages"
 """The foreign key of semantic vectors to messages, until f7c2a9d3e8b4 (SQLite keeps it)."""
-"""Postgres: messages by ``(conversation_id, entry_id)``, how the full-text index names them."""
 
 
 def described(name: str | None, type_: str) -> bool:
@@ -166,9 +166,9 @@ messages = Table(
     # What search finds the message by (``_core.search_text.indexed_text``), NULL when it has no
     # text. The full-text index covers it: on SQLite the FTS5 table
     # ``histstore_messages_fts`` (external content, kept by triggers), on Postgres the
-    # tables ``PG_SEARCH_TABLES`` (revision e9a4c2f8b5d1). Neither
-    # is described here: both are the migrations' (``_storage.statements.dialects`` holds
-    # the queries that use them).
+    # tables ``PG_SEARCH_TABLES`` (revision e9a4c2f8b5d1). Neither is described here:
+    # both are the migrations' (``_storage.statements.search`` holds the queries that
+    # use them).
     Column("search_text", Text, nullable=True),
     # The entry's stable id in its conversation (SPEC 11) and who edited it in (NULL
     # for what ``write`` stores). No index: reads go by position.

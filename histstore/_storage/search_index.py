@@ -29,9 +29,10 @@ statement that is its own write transaction (``FOR UPDATE SKIP LOCKED``: indexer
 several processes take different runs). A search reads the vectors of messages that
 are not listed and makes the listed messages' vectors itself
 (``_storage.statements.search``), so it needs no write first, and a read-only
-store finds everything too. Who indexes: a store in the background after about
-``INDEX_MESSAGES`` messages of its writes, and when it closes; a crash leaves the list to the next
-store that writes.
+store finds everything too. Who indexes (``BackgroundIndexer``): a store in the
+background after about ``INDEX_MESSAGES`` messages of its writes and after each of its
+searches, and when it closes; a crash leaves the list to the next store that writes or
+searches.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.types import BigInteger, Text
 
 from . import schema as s
-from .drivers import EXECUTE, FETCH, Driver, Step
+from .drivers import EXECUTE, FETCH, Driver, Program, Step
 from .statements.search import search_pending, search_vectors
 
 __all__ = [
@@ -200,7 +201,7 @@ class BackgroundIndexer:
     (the list is durable). ``write`` runs a program as its own write transaction."""
 
     def __init__(
-        self, index: VectorIndex, write: Callable[[Generator[Step, Any, bool]], Awaitable[bool]]
+        self, index: VectorIndex, write: Callable[[Program[bool]], Awaitable[bool]]
     ) -> None:
         self._index = index
         self._write = write

@@ -36,7 +36,7 @@ from .._editable.fold import EditableState
 from .._errors import HistStoreError, InvalidMessage
 from .._ops.context import Context
 from .._storage.drivers import EXECUTE_MANY, FETCH, Step
-from .._storage.rows import record_row
+from .._storage.rows import record_row, turn_row
 
 __all__ = ["Edits", "LogRow", "differs", "write", "write_record"]
 
@@ -160,17 +160,7 @@ class Edits:
                 f"conversation {self.cid!r}: turn record {record.number} follows an open one"
             )
         self._records.append(record)
-        self.turns.append(
-            {
-                "conversation_id": self.cid,
-                "number": record.number,
-                "start": record.start,
-                "opened_at": opened_at,
-                "end": record.end,
-                "ended_at": ended_at,
-                "usage": None if record.usage is None else _codec.encode(dict(record.usage))[0],
-            }
-        )
+        self.turns.append(turn_row(self.cid, record, None))
 
     def change(
         self, revision: object, kind: object, author: object, at: datetime, text: str

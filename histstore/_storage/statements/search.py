@@ -73,6 +73,7 @@ def search(
     ``fts``: the FTS5 table to search (SQLite).
     """
     msg, conv = s.messages, s.conversations
+    conv_id = bindparam("c", type_=msg.c.conversation_id.type)
     if dialect.name == "postgresql":
         config: ColumnElement[Any] = literal_column("'simple'::regconfig")
         term = (
@@ -90,7 +91,6 @@ def search(
         )
         query = select(cast(joined, postgresql.TSQUERY).label("q")).cte("query")
         vec, pending = search_vectors, search_pending
-        conv_id = bindparam("c", type_=msg.c.conversation_id.type)
 
         def run_holds(conversation: ColumnElement[Any], entry: ColumnElement[Any]) -> Any:
             return and_(
@@ -157,7 +157,7 @@ def search(
         )
         best = rank.asc()
     if by_conversation:
-        stmt = stmt.where(msg.c.conversation_id == bindparam("c", type_=msg.c.conversation_id.type))
+        stmt = stmt.where(msg.c.conversation_id == conv_id)
     if scoped:
         stmt = stmt.where(
             exists().where(
