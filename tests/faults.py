@@ -34,6 +34,9 @@ class Faults:
         self.unreachable = False
         self.commits_failed = 0
         self.fail_insert_into: str | None = None  # a table whose INSERTs fail
+        # Postgres statements that are their own transaction (the append alone, and a
+        # group's): a commit fault fires there, as a connection cut during them.
+        self.own_transactions: tuple[str, ...] = ("WITH GROWN AS", "WITH BATCHES AS")
         self._patch_aiosqlite(monkeypatch)
         self._patch_asyncpg(monkeypatch)
 
@@ -167,8 +170,8 @@ class Faults:
                 verb = _verb(obj.get_query() if prepared else args[0] if args else None)
                 if self._insert_fails(verb):
                     raise asyncpg.exceptions.DataError("injected fault")
-                if name == "fetch" and verb.startswith("WITH GROWN AS"):
-                    # The one-statement append is its own transaction: its commit is
+                if name == "fetch" and verb.startswith(self.own_transactions):
+                    # The one-statement appends are their own transactions: a commit is
                     # the statement itself, so a lost commit is a connection cut there.
                     return await self._commit(lambda: orig(obj, *args, **kwargs), _nothing, error())
                 return await orig(obj, *args, **kwargs)

@@ -152,18 +152,16 @@ class History:
             and bool(batch.messages)
             and self._ctx.sql.append_one is not None
         )
-        if single:
-            program = self._append_one(conversation, batch, key)
-        else:
+        try:
+            if single:
+                return await self._append_one(conversation, batch, key)
             program = self._append(conversation, batch, at, key, caller_key)
             if merge is not None:
                 program = _then_merge(program, merge(self._ctx))
-        try:
             return await self._ctx.executor.write(
                 program,
                 action="write to",
                 conversation=conversation,
-                single=single,
                 lists=len(batch.messages),
             )
         except DatabaseFailure as exc:
@@ -187,14 +185,12 @@ class History:
         length = await was_stored(self._ctx, conversation, key, exc)
         return WriteOutcome(n, False, length)
 
-    def _append_one(
-        self, conversation: str, batch: _rules.Batch, key: str
-    ) -> Program[WriteOutcome]:
-        """The common append as one statement that is its own transaction (see
-        ``_storage.statements.dialects.append_in_one_statement``); the same effect as
-        ``_append``."""
+    async def _append_one(self, conversation: str, batch: _rules.Batch, key: str) -> WriteOutcome:
+        """The common append as one statement that is its own transaction, or part of
+        a group's (``_storage.statements.appends``); the same effect as ``_append``."""
         ctx = self._ctx
-        assert ctx.sql.append_one is not None
+        sql = ctx.sql
+        assert sql.append_one is not None
         n = len(batch.messages)
         rows = _rows.batch_rows(batch, conversation, 0, _rows.now(), first_entry=1)
         params = ctx.params(
@@ -208,7 +204,9 @@ class History:
             tokens=[None if r["token_count"] is None else str(r["token_count"]) for r in rows],
             texts=[r["search_text"] for r in rows],
         )
-        found = yield FETCH, ctx.sql.append_one, params
+        found = await ctx.executor.append(
+            sql.append_one, sql.append_group, params, action="write to", lists=n
+        )
         if not found:  # only a view's foreign conversation refuses an append
             raise not_found(conversation)
         return WriteOutcome(n, False, int(found[0][0]))

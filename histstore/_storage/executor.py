@@ -22,6 +22,7 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.util import greenlet_spawn
 
 from .._errors import HistStoreError
+from .append_groups import AppendGroups, statement_sender
 from .completion import run_to_completion
 from .connections import ConnectionCache, release_connections
 from .dberrors import DATABASE_ERRORS, DatabaseFailure, connection_lost, failure, not_committed
@@ -102,6 +103,7 @@ class Executor:
             if sqlite is not None or read_only
             else BackgroundIndexer(VectorIndex(self.driver), self._index_run)
         )
+        self._appends = AppendGroups(statement_sender(self.write))
         self._group: GroupCommit | None = None
         if self._gated and self.driver.groups:
             index = None if read_only or self.pending is None else self.pending.index
@@ -150,6 +152,7 @@ class Executor:
             self.check()
             if self._group is not None:
                 await self._group.wait_idle()
+            await self._appends.wait_idle()
             if self._indexer is not None:
                 await self._indexer.close()
         self._closed = True
@@ -327,6 +330,25 @@ class Executor:
         if lists:
             self.listed(lists)
         return value
+
+    async def append(
+        self,
+        one: CompiledStatement,
+        group: CompiledStatement | None,
+        params: dict[str, Any],
+        *,
+        action: str,
+        lists: int,
+    ) -> list[Any]:
+        """Run the append statement ``one`` with ``params`` as its own transaction and
+        return its rows; concurrent appends go together in a ``group`` statement where
+        there is one, each still getting its own rows or failure (``append_groups``)."""
+        self.check()
+        self.refuse_writes(action, params["c"])
+        rows = await self._appends.append(one, group, params, action)
+        if lists:
+            self.listed(lists)
+        return rows
 
     async def snapshot(
         self, program: Program[T], *, action: str, conversation: str | None = None

@@ -22,7 +22,6 @@ from sqlalchemy import (
     Table,
     Text,
     bindparam,
-    cast,
     func,
     literal_column,
     select,
@@ -37,7 +36,6 @@ from ..engine import BEGIN_OPTION
 
 __all__ = [
     "Mode",
-    "append_in_one_statement",
     "can_create_tables",
     "clock",
     "find_vector_index",
@@ -115,119 +113,6 @@ def limit_lock_waits(connection: Connection, seconds: float) -> None:
     if connection.dialect.name == "postgresql":
         ms = max(1, int(seconds * 1000))
         connection.exec_driver_sql(f"SET LOCAL lock_timeout = {ms:d}")
-
-
-def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None:
-    """The common append as one statement, where the database can (Postgres).
-
-    Data-modifying CTEs grow the conversation's length (locking its row), record the
-    batch under its key and insert the messages from arrays, in one statement that is
-    its own transaction: one round trip instead of five (BEGIN, three statements,
-    COMMIT). Parameters as the store's other statements, plus ``key``, ``digest`` and
-    the arrays ``roles``, ``datas``, ``texts`` and ``tokens`` (token counts as text).
-    Returns the new length, or no row when
-    a view may not see the conversation (then nothing was written). ``None`` where the
-    dialect has no such statement (SQLite runs the append's program in one trip to its
-    thread instead).
-    """
-    if dialect.name != "postgresql":
-        return None
-    conv, msg, writes = s.conversations, s.messages, s.writes
-    c = bindparam("c", type_=conv.c.id.type)
-    owner = bindparam("owner", type_=conv.c.owner.type)
-    n = bindparam("n", type_=BigInteger)
-    now = bindparam("now", type_=conv.c.updated_at.type)
-    mine: ColumnElement[bool] | None = (conv.c.owner == owner) if scoped else None
-    grown = (
-        postgresql.insert(conv)
-        .values(
-            id=c,
-            owner=owner,
-            length=n,
-            revision=1,
-            next_entry=n + 1,
-            created_at=now,
-            updated_at=now,
-        )
-        .on_conflict_do_update(
-            index_elements=[conv.c.id],
-            set_={
-                "length": conv.c.length + n,
-                "revision": conv.c.revision + 1,
-                "next_entry": conv.c.next_entry + n,
-                "halted": None,
-                "updated_at": now,
-            },
-            where=mine,
-        )
-        .returning(conv.c.length, conv.c.revision, conv.c.next_entry)
-        .cte("grown")
-    )
-    # The batch's idempotency row is its change record (at the new revision).
-    record = select(
-        c,
-        bindparam("key", type_=writes.c.key.type),
-        grown.c.length - n,
-        n,
-        bindparam("digest", type_=writes.c.digest.type),
-        now,
-        grown.c.revision,
-        n,
-    )
-    recorded = (
-        writes.insert()
-        .from_select(
-            [
-                "conversation_id",
-                "key",
-                "position",
-                "count",
-                "digest",
-                "created_at",
-                "revision",
-                "appended",
-            ],
-            record,
-        )
-        .returning(writes.c.position)
-        .cte("recorded")
-    )
-    rows = (
-        func.unnest(
-            bindparam("roles", type_=postgresql.ARRAY(Text)),
-            bindparam("datas", type_=postgresql.ARRAY(Text)),
-            # Text, cast below: asyncpg looks up an int4[] parameter's type on every new
-            # connection (about 5 ms, a query of its own), text[] it knows.
-            bindparam("tokens", type_=postgresql.ARRAY(Text)),
-            bindparam("texts", type_=postgresql.ARRAY(Text)),
-        )
-        .table_valued("role", "data", "token_count", "search_text", with_ordinality="ord")
-        .render_derived()
-    )
-    placed = select(
-        c,
-        recorded.c.position + rows.c.ord - 1,
-        rows.c.role,
-        rows.c.data,
-        cast(rows.c.token_count, Integer),
-        now,
-        rows.c.search_text,
-        grown.c.next_entry - n + rows.c.ord - 1,
-    ).select_from(recorded.join(rows, literal_column("true")).join(grown, literal_column("true")))
-    inserted = msg.insert().from_select(
-        [
-            "conversation_id",
-            "position",
-            "role",
-            "data",
-            "token_count",
-            "created_at",
-            "search_text",
-            "entry_id",
-        ],
-        placed,
-    )
-    return select(grown.c.length).add_cte(recorded).add_cte(inserted.cte("inserted"))
 
 
 def clock(dialect: Dialect) -> ColumnElement[float]:

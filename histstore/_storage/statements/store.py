@@ -26,6 +26,7 @@ from sqlalchemy import (
 
 from .. import schema as s
 from ..drivers import Driver
+from . import appends as _appends
 from . import dialects as _dialects
 from . import search as _search
 from .editing import EditStatements
@@ -102,7 +103,9 @@ class Statements:
             )
             .returning(*grown)
         )
-        one = _dialects.append_in_one_statement(dialect, scoped)
+        one = _appends.append_in_one_statement(dialect, scoped)
+        group = _appends.append_group_statement(dialect, scoped)
+        self.append_group = None if group is None else compile_(group)
         self.append_one = None if one is None else compile_(one)
         # Appends only when the conversation holds exactly ``at`` messages.
         self.append_at = compile_(
