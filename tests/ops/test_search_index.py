@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from histstore import Store
+from histstore import Message, Store
 from histstore._storage.search_index import PENDING_TABLE
 from histstore._storage.statements.search import search_pending
 
@@ -247,3 +247,19 @@ async def test_search_stays_exact_whatever_is_listed_or_indexed(
             await store.internals.executor.index_list()
     for word in ("ant", "bee", "cat", "dog"):
         await check(word)
+
+
+async def test_every_write_is_listed_once(shared_backend: Backend) -> None:
+    """Appends alone, appends that went together and writes of other kinds each list
+    what they stored once (on Postgres a run a batch: the appends list their own, the
+    insert trigger the others'), and search finds all of it."""
+    async with shared_backend.connect() as store:
+        await store.write("a", [Message.user(f"auk {i}") for i in range(3)])
+        await store.write("a", [Message.user("auk keyed")], idempotency_key="k")
+        await store.write("a", [Message.user("auk at")], at=4)
+        await asyncio.gather(
+            *(store.write(f"g{i}", [Message.user("auk"), Message.user("auk")]) for i in range(8))
+        )
+        pg = store.engine.dialect.name == "postgresql"
+        assert await listed(shared_backend) == (11 if pg else 21)
+        assert len(await store.search("auk", limit=100)) == 21

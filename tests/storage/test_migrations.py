@@ -485,3 +485,46 @@ async def test_semantic_vectors_trigger_upgrade_and_downgrade(
         value.splice(0, 1, [], by="test")  # the rest move: their vectors go
         await store.commit(value)
     assert [p for p in await vector_positions() if p < 99] == []
+
+
+async def test_appends_list_their_own_runs_upgrade_and_downgrade(
+    engine: AsyncEngine, empty_url: str
+) -> None:
+    """Revision b8e1d4f6a2c7 (Postgres; nothing changes on SQLite): the insert trigger
+    leaves the runs of a transaction that set ``histstore.search_listed`` (the append
+    statements list their own) and lists every other insert's, an older process's
+    append included; a downgrade makes it list every insert again."""
+    pg = not empty_url.startswith("sqlite")
+
+    async def insert(c: str, listed_by_statement: bool) -> int:
+        """A message stored by hand (as another process would); the runs listed."""
+        async with engine.begin() as conn:
+            if listed_by_statement:
+                await conn.execute(text("SELECT set_config('histstore.search_listed', 'on', true)"))
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_messages (conversation_id, position, data,"
+                    " created_at, search_text, entry_id) VALUES (:c, 0, '{}', now(), 'tern', 1)"
+                ),
+                {"c": c},
+            )
+            found = await conn.execute(
+                text("SELECT count(*) FROM histstore_search_pending WHERE conversation_id = :c"),
+                {"c": c},
+            )
+            return int(found.scalar_one())
+
+    await alembic(engine, "upgrade", "head")
+    async with histstore.connect(empty_url) as store:
+        await store.write("c", [{"role": "user", "content": f"puffin {i}"} for i in range(3)])
+        if pg:
+            assert await insert("by-hand", listed_by_statement=False) == 1
+            assert await insert("self-listed", listed_by_statement=True) == 0
+            # The setting ends with its transaction: the next insert is listed again.
+            assert await insert("after", listed_by_statement=False) == 1
+    await alembic(engine, "downgrade", "f7c2a9d3e8b4")
+    if pg:
+        assert await insert("older", listed_by_statement=True) == 1
+    await alembic(engine, "upgrade", "head")
+    async with histstore.connect(empty_url) as store:
+        assert sorted(h.position for h in await store.search("puffin")) == [0, 1, 2]

@@ -24,14 +24,26 @@ from sqlalchemy import (
     literal,
     literal_column,
     select,
+    true,
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import Select
 
 from .. import schema as s
+from .search import search_pending
 
-__all__ = ["append_group_statement", "append_in_one_statement", "group_params"]
+LISTED_SETTING = "histstore.search_listed"
+"""Set (``on``, for its own transaction) by a statement that lists the runs it inserts
+for the search index itself: the insert trigger then leaves them (revision
+b8e1d4f6a2c7)."""
+
+__all__ = [
+    "LISTED_SETTING",
+    "append_group_statement",
+    "append_in_one_statement",
+    "group_params",
+]
 
 _MESSAGE_COLUMNS = [
     "conversation_id",
@@ -53,6 +65,20 @@ _RECORD_COLUMNS = [
     "revision",
     "appended",
 ]
+
+
+def _listed() -> Any:
+    """A CTE that sets ``LISTED_SETTING`` for the transaction; a statement joins it
+    into its message insert's input, so it is set before any message is stored."""
+    on: ColumnElement[str] = literal_column(f"set_config('{LISTED_SETTING}', 'on', true)")
+    return select(on.label("listed")).cte("listed")
+
+
+def _list_runs(runs: Select[Any]) -> Any:
+    """A CTE listing ``runs``, rows ``(conversation, first entry, last entry)``, for
+    the search index (the trigger's work, for a statement that knows its runs)."""
+    columns = ["conversation_id", "first_entry", "last_entry"]
+    return search_pending.insert().from_select(columns, runs).cte("runs")
 
 
 def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None:
@@ -130,6 +156,7 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
         .table_valued("role", "data", "token_count", "search_text", with_ordinality="ord")
         .render_derived()
     )
+    listed = _listed()
     placed = select(
         c,
         recorded.c.position + rows.c.ord - 1,
@@ -139,9 +166,10 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
         now,
         rows.c.search_text,
         grown.c.next_entry - n + rows.c.ord - 1,
-    ).select_from(recorded.join(rows, literal_column("true")).join(grown, literal_column("true")))
+    ).select_from(recorded.join(rows, true()).join(grown, true()).join(listed, true()))
     inserted = msg.insert().from_select(_MESSAGE_COLUMNS, placed)
-    return select(grown.c.length).add_cte(recorded).add_cte(inserted.cte("inserted"))
+    runs = _list_runs(select(c, grown.c.next_entry - n, grown.c.next_entry - 1))
+    return select(grown.c.length).add_cte(recorded).add_cte(inserted.cte("inserted")).add_cte(runs)
 
 
 def _texts(*names: str) -> Any:
@@ -208,6 +236,7 @@ def append_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None
         .render_derived()
     )
     slot = cast(rows.c.slot, BigInteger)
+    listed = _listed()
     placed = select(
         rows.c.c,
         recorded.c.position + slot,
@@ -218,12 +247,24 @@ def append_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None
         rows.c.search_text,
         grown.c.next_entry - recorded.c.count + slot,
     ).select_from(
-        rows.join(recorded, recorded.c.conversation_id == rows.c.c).join(
-            grown, grown.c.id == rows.c.c
-        )
+        rows.join(recorded, recorded.c.conversation_id == rows.c.c)
+        .join(grown, grown.c.id == rows.c.c)
+        .join(listed, true())
     )
     inserted = msg.insert().from_select(_MESSAGE_COLUMNS, placed)
-    return select(grown.c.id, grown.c.length).add_cte(recorded).add_cte(inserted.cte("inserted"))
+    runs = _list_runs(
+        select(
+            recorded.c.conversation_id,
+            grown.c.next_entry - recorded.c.count,
+            grown.c.next_entry - 1,
+        ).select_from(recorded.join(grown, grown.c.id == recorded.c.conversation_id))
+    )
+    return (
+        select(grown.c.id, grown.c.length)
+        .add_cte(recorded)
+        .add_cte(inserted.cte("inserted"))
+        .add_cte(runs)
+    )
 
 
 def group_params(members: Sequence[dict[str, Any]], now: datetime) -> dict[str, Any]:
