@@ -21,8 +21,9 @@ drops it), whose ranks are computed over those messages alone.
 
 PostgreSQL (``VectorIndex``): the index proper is ``search_vectors``, the
 ``to_tsvector('simple', search_text)`` of each message by entry id, with a GIN index
-(revision e9a4c2f8b5d1). An INSERT's statement trigger lists each run of consecutive
-entry ids it stored in ``search_pending``, in the write's own transaction; an update of
+(revision e9a4c2f8b5d1). Each run of consecutive entry ids an INSERT stored is listed
+in ``search_pending``, in the write's own transaction: by the common append's own
+statement (``statements.appends``), by a statement trigger for every other; an update of
 a message's text drops its vector and lists it; a delete drops the vectors. Indexing
 (``VectorIndex.index``) takes runs off the list and makes their vectors, in one
 statement that is its own write transaction (``FOR UPDATE SKIP LOCKED``: indexers of
