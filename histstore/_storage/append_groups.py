@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
-from .completion import finish_then_cancel
+from .completion import end_all, finish_then_cancel
 from .dberrors import DatabaseFailure, failure
 from .drivers import FETCH, CompiledStatement, Program
 from .statements.appends import group_params
@@ -165,13 +165,7 @@ class AppendGroups:
             else:
                 await self._run_group(group)
         except BaseException as exc:
-            for member in group:
-                if member.done.done():
-                    continue
-                if isinstance(exc, asyncio.CancelledError):
-                    member.done.cancel()
-                else:
-                    member.done.set_exception(exc)
+            end_all((member.done for member in group), exc)
             if not isinstance(exc, Exception):
                 raise
         finally:

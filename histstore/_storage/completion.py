@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
-__all__ = ["finish_then_cancel", "run_to_completion"]
+__all__ = ["end_all", "finish_then_cancel", "run_to_completion"]
 
 T = TypeVar("T")
 
@@ -40,3 +40,16 @@ async def finish_then_cancel(work: asyncio.Future[Any]) -> None:
             break
     if not work.cancelled():
         work.exception()  # mark it retrieved; the cancellation wins
+
+
+def end_all(waiting: Iterable[asyncio.Future[Any]], exc: BaseException) -> None:
+    """End each of ``waiting`` not done yet with ``exc``: cancelled for a
+    ``CancelledError``, else with ``exc`` as its exception (the work they waited for
+    failed as a whole)."""
+    for done in waiting:
+        if done.done():
+            continue
+        if isinstance(exc, asyncio.CancelledError):
+            done.cancel()
+        else:
+            done.set_exception(exc)

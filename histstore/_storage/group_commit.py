@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, TypeVar
 
-from .completion import finish_then_cancel
+from .completion import end_all, finish_then_cancel
 from .dberrors import DATABASE_ERRORS, failure, not_committed
 from .drivers import Phase, Program, Rollback
 
@@ -190,13 +190,7 @@ class GroupCommit:
                 try:
                     await self._run(group)
                 except BaseException as exc:
-                    for member in group:
-                        if member.done.done():
-                            continue
-                        if isinstance(exc, asyncio.CancelledError):
-                            member.done.cancel()
-                        else:
-                            member.done.set_exception(exc)
+                    end_all((member.done for member in group), exc)
                     if not isinstance(exc, Exception):
                         raise
         finally:
