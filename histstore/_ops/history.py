@@ -192,11 +192,12 @@ class History:
         sql = ctx.sql
         assert sql.append_one is not None
         n = len(batch.messages)
-        rows = _rows.batch_rows(batch, conversation, 0, _rows.now(), first_entry=1)
+        now = _rows.now()
+        rows = _rows.batch_rows(batch, conversation, 0, now, first_entry=1)
         params = ctx.params(
             conversation,
             n=n,
-            now=_rows.now(),
+            now=now,
             key=key,
             digest=batch.digest,
             roles=[r["role"] for r in rows],

@@ -81,6 +81,36 @@ def _list_runs(runs: Select[Any]) -> Any:
     return search_pending.insert().from_select(columns, runs).cte("runs")
 
 
+def _texts(*names: str) -> Any:
+    """``unnest`` of text array parameters ``names`` (asyncpg knows ``text[]`` on every
+    connection; an ``int4[]`` parameter costs it a type lookup per new connection)."""
+    return func.unnest(*(bindparam(n, type_=postgresql.ARRAY(Text)) for n in names))
+
+
+def _grown(created: Any, scoped: bool, *returning: Any) -> Any:
+    """The CTE ``grown``: ``created`` (an INSERT of conversation rows, each holding its
+    batch's count as ``length``) or, for a conversation that exists, its length and
+    next entry id grown by that count, its revision by one and its halt cleared,
+    locking its row; a view's batch for another owner's conversation changes nothing
+    and returns no row. Returns ``returning`` of each row."""
+    conv, excluded = s.conversations, created.excluded
+    return (
+        created.on_conflict_do_update(
+            index_elements=[conv.c.id],
+            set_={
+                "length": conv.c.length + excluded.length,
+                "revision": conv.c.revision + 1,
+                "next_entry": conv.c.next_entry + excluded.length,
+                "halted": None,
+                "updated_at": excluded.updated_at,
+            },
+            where=(conv.c.owner == excluded.owner) if scoped else None,
+        )
+        .returning(*returning)
+        .cte("grown")
+    )
+
+
 def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None:
     """The common append as one statement, where the database can (Postgres).
 
@@ -101,32 +131,10 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
     owner = bindparam("owner", type_=conv.c.owner.type)
     n = bindparam("n", type_=BigInteger)
     now = bindparam("now", type_=conv.c.updated_at.type)
-    mine: ColumnElement[bool] | None = (conv.c.owner == owner) if scoped else None
-    grown = (
-        postgresql.insert(conv)
-        .values(
-            id=c,
-            owner=owner,
-            length=n,
-            revision=1,
-            next_entry=n + 1,
-            created_at=now,
-            updated_at=now,
-        )
-        .on_conflict_do_update(
-            index_elements=[conv.c.id],
-            set_={
-                "length": conv.c.length + n,
-                "revision": conv.c.revision + 1,
-                "next_entry": conv.c.next_entry + n,
-                "halted": None,
-                "updated_at": now,
-            },
-            where=mine,
-        )
-        .returning(conv.c.length, conv.c.revision, conv.c.next_entry)
-        .cte("grown")
+    created = postgresql.insert(conv).values(
+        id=c, owner=owner, length=n, revision=1, next_entry=n + 1, created_at=now, updated_at=now
     )
+    grown = _grown(created, scoped, conv.c.length, conv.c.revision, conv.c.next_entry)
     # The batch's idempotency row is its change record (at the new revision).
     record = select(
         c,
@@ -145,14 +153,7 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
         .cte("recorded")
     )
     rows = (
-        func.unnest(
-            bindparam("roles", type_=postgresql.ARRAY(Text)),
-            bindparam("datas", type_=postgresql.ARRAY(Text)),
-            # Text, cast below: asyncpg looks up an int4[] parameter's type on every new
-            # connection (about 5 ms, a query of its own), text[] it knows.
-            bindparam("tokens", type_=postgresql.ARRAY(Text)),
-            bindparam("texts", type_=postgresql.ARRAY(Text)),
-        )
+        _texts("roles", "datas", "tokens", "texts")
         .table_valued("role", "data", "token_count", "search_text", with_ordinality="ord")
         .render_derived()
     )
@@ -170,12 +171,6 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
     inserted = msg.insert().from_select(_MESSAGE_COLUMNS, placed)
     runs = _list_runs(select(c, grown.c.next_entry - n, grown.c.next_entry - 1))
     return select(grown.c.length).add_cte(recorded).add_cte(inserted.cte("inserted")).add_cte(runs)
-
-
-def _texts(*names: str) -> Any:
-    """``unnest`` of text array parameters ``names`` (asyncpg knows ``text[]`` on every
-    connection; an ``int4[]`` parameter costs it a type lookup per new connection)."""
-    return func.unnest(*(bindparam(n, type_=postgresql.ARRAY(Text)) for n in names))
 
 
 def append_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None:
@@ -205,22 +200,7 @@ def append_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None
         ["id", "owner", "length", "revision", "next_entry", "created_at", "updated_at"],
         select(b.c.c, b.c.owner, n, literal(1, BigInteger), n + 1, now, now),
     )
-    added = created.excluded.length
-    grown = (
-        created.on_conflict_do_update(
-            index_elements=[conv.c.id],
-            set_={
-                "length": conv.c.length + added,
-                "revision": conv.c.revision + 1,
-                "next_entry": conv.c.next_entry + added,
-                "halted": None,
-                "updated_at": now,
-            },
-            where=(conv.c.owner == created.excluded.owner) if scoped else None,
-        )
-        .returning(conv.c.id, conv.c.length, conv.c.revision, conv.c.next_entry)
-        .cte("grown")
-    )
+    grown = _grown(created, scoped, conv.c.id, conv.c.length, conv.c.revision, conv.c.next_entry)
     record = select(
         b.c.c, b.c.key, grown.c.length - n, n, b.c.digest, now, grown.c.revision, n
     ).select_from(b.join(grown, grown.c.id == b.c.c))
