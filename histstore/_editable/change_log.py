@@ -11,7 +11,9 @@ Pure functions, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import re
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -19,7 +21,7 @@ from typing import Any
 from .._core import codec as _codec
 from .._errors import ConflictError, HistStoreError, InvalidMessage
 from .changes import Change
-from .entries import Entry, entry_text, settle
+from .entries import Entry, entry_from_json, entry_text, pending_entry, settle
 from .fold import EditableState
 
 __all__ = ["Logged", "encode", "logged", "rebuild", "written"]
@@ -58,10 +60,24 @@ def encode(change: Change, added: int | None = None) -> str:
     if count:
         record["added"] = count
     text = _codec.encode(record, what="change record")[0]
-    if change.removed:
-        entries = "[" + ",".join(entry_text(e) for e in change.removed) + "]"
-        text = text.replace(_REMOVED_TEXT, entries, 1)
-    return text
+    if not change.removed:
+        return text
+    # One join makes the whole text: a removed list may be a whole conversation's
+    # messages, and each concatenation would copy it once more.
+    head, tail = text.split(_REMOVED_TEXT, 1)
+    return "".join(_spliced(head, [entry_text(e) for e in change.removed], tail))
+
+
+def _spliced(head: str, items: list[str], tail: str) -> Iterator[str]:
+    """``head``, then ``items`` as a JSON array of the texts they are, then ``tail``."""
+    yield head
+    yield "["
+    for i, item in enumerate(items):
+        if i:
+            yield ","
+        yield item
+    yield "]"
+    yield tail
 
 
 _REMOVED = "\u0000removed\u0000"
@@ -84,9 +100,7 @@ def logged(
         HistStoreError: the stored record is not one ``encode`` made (a damaged database).
     """
     try:
-        record = _codec.decode(text)
-        if not isinstance(record, dict):
-            raise InvalidMessage("not an object")
+        record, removed = _read(text, pending)
         added = record.pop("added", 0)
         moved = record.pop("moved", [])
         if not isinstance(added, int) or isinstance(added, bool) or added < 0:
@@ -94,10 +108,76 @@ def logged(
         if not isinstance(moved, list):
             raise InvalidMessage("a bad list of moved asides")
         change = Change.from_record({"kind": kind, **record}, decoded=True, pending=pending)
+        if removed is not None:
+            change = replace(change, removed=removed)
         change = replace(change, author=author, at=at, revision=revision)
     except (ValueError, TypeError) as exc:  # InvalidMessage is a ValueError
         raise HistStoreError(f"change record {revision} is damaged ({exc})") from None
     return Logged(change, added, tuple(moved))
+
+
+_REMOVED_FIRST = re.compile(r'\{(?:"start":(-?[0-9]+|null),)?"removed":\[')
+"""How a record ``encode`` wrote begins when it removed entries."""
+_ENTRY_FIRST = re.compile(r'\{"id":([0-9]+),"message":')
+"""How ``entry_text`` begins an entry."""
+_DECODER = json.JSONDecoder()
+
+
+def _read(
+    text: str, pending: dict[int, Any] | None
+) -> tuple[dict[str, Any], tuple[Entry, ...] | None]:
+    """The record ``encode`` wrote as a dict; with ``pending``, its removed entries apart
+    (else ``None``), each made as soon as it is read, its message's JSON text put in
+    ``pending`` (see ``entries.pending_entry``): a removed list may hold a whole
+    conversation, and neither its decoded entries nor their messages then stand at once."""
+    head = _REMOVED_FIRST.match(text) if pending is not None else None
+    if head is None or pending is None:
+        record = _codec.decode(text)
+        if not isinstance(record, dict):
+            raise InvalidMessage("not an object")
+        return record, None
+    removed: list[Entry] = []
+    at = head.end()
+    if text.startswith("]", at):
+        at += 1
+    else:
+        while True:
+            entry, at = _entry_at(text, at, pending)
+            removed.append(entry)
+            after = text[at : at + 1]
+            at += 1
+            if after == "]":
+                break
+            if after != ",":
+                raise InvalidMessage("a bad list of removed entries")
+    rest = text[at:]
+    record = {} if rest == "}" else _codec.decode("{" + rest[1:]) if rest[:1] == "," else None
+    if not isinstance(record, dict):
+        raise InvalidMessage("not an object")
+    if head.group(1) is not None:
+        record["start"] = None if head.group(1) == "null" else int(head.group(1))
+    return record, tuple(removed)
+
+
+def _entry_at(text: str, at: int, pending: dict[int, Any]) -> tuple[Entry, int]:
+    """The entry whose JSON begins at ``text[at]``, and where it ends."""
+    first = _ENTRY_FIRST.match(text, at)
+    if first is None:  # not as ``entry_text`` writes it: decoded whole
+        item, at = _DECODER.raw_decode(text, at)
+        return entry_from_json(item, decoded=True, pending=pending), at
+    start = first.end()
+    _message, end = _DECODER.raw_decode(text, start)  # decoded only to find its end
+    at = end
+    parts: dict[str, Any] = {}
+    while text.startswith(',"', at):
+        key, at = _DECODER.raw_decode(text, at + 1)
+        if not text.startswith(":", at):
+            raise InvalidMessage("a bad entry record")
+        parts[key], at = _DECODER.raw_decode(text, at + 1)
+    if not text.startswith("}", at):
+        raise InvalidMessage("a bad entry record")
+    entry = pending_entry(int(first.group(1)), text[start:end], parts, pending)
+    return entry, at + 1
 
 
 def written(revision: int, at: datetime, appended: int) -> Logged:

@@ -312,15 +312,37 @@ def entry_from_json(
     )
 
 
+def pending_entry(
+    entry_id: int, message_text: str, parts: Mapping[str, Any], pending: dict[int, Any]
+) -> Entry:
+    """The entry ``entry_to_json`` wrote with id ``entry_id``, ``parts`` its other
+    fields, whose message is ``PENDING`` and its JSON text (as a store wrote it) put in
+    ``pending`` under the entry's ``id()`` (see ``entry_from_json``)."""
+    r = fields(parts, ("author", "created_at"), what="an entry record")
+    entry = Entry.from_store(
+        PENDING,
+        check_count(entry_id, what="entry id", low=1),
+        check_author(r.get("author")),
+        time_from(r.get("created_at"), what="created_at"),
+    )
+    pending[id(entry)] = message_text
+    return entry
+
+
 def settle(entries: list[Entry], pending: dict[int, Any]) -> None:
-    """Give the entries read with ``pending`` (see ``entry_from_json``) among ``entries``
-    their messages, in place."""
+    """Give the entries read with ``pending`` (see ``entry_from_json`` and
+    ``pending_entry``) among ``entries`` their messages, in place."""
     for i, e in enumerate(entries):
         if e.message is PENDING:
             data = pending.get(id(e))
             if data is None:
                 raise InvalidMessage("an entry's message was not read")
-            entries[i] = Entry.from_store(decoded_message(data), eid_of(e), e.author, e.created_at)
+            # A message's text is as a store wrote it (checked then): it is decoded
+            # only when it is looked at.
+            message = (
+                stored_message(data, None, None) if type(data) is str else decoded_message(data)
+            )
+            entries[i] = Entry.from_store(message, eid_of(e), e.author, e.created_at)
 
 
 def aside_state_to_json(state: AsideState | None) -> dict[str, Any] | None:

@@ -28,7 +28,7 @@ from .._editable.entries import PENDING, AsideState, Entry, TurnRecord, check_by
 from .._editable.fold import EditableState, eid
 from .._errors import ConflictError, HistStoreError, InvalidMessage, NotFound
 from .._storage import rows as _rows
-from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback, Step
+from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback, Step, drained
 from .context import Context, not_found
 
 __all__ = ["CommitWrites", "Editing", "commit_writes", "load", "persist", "stored_entries"]
@@ -118,8 +118,12 @@ def log(
     records: dict[int, Logged] = {}
     for r in (yield FETCH, sql.log_writes, params):
         records[int(r[0])] = written(int(r[0]), time(r[1]), int(r[2] or 0))
-    for r in (yield FETCH, sql.log_changes, params):
-        records[int(r[0])] = logged(int(r[0]), r[1], r[2], time(r[3]), r[4], pending)
+    for r in drained((yield FETCH, sql.log_changes, params)):
+        number = int(r[0])
+        # A revert never reads the messages a record up to its target removed (see
+        # ``rebuild``): they are decoded into a dict dropped with the record.
+        keep = {} if pending is not None and upto is not None and number <= upto else pending
+        records[number] = logged(number, r[1], r[2], time(r[3]), r[4], keep)
     if sorted(records) != list(range(1, revision + 1)):
         raise HistStoreError(f"the change log of conversation {conversation!r} has gaps")
     ordered = [records[i] for i in range(1, revision + 1)]

@@ -22,7 +22,7 @@ is written once as such a program, and each driver runs it its own way:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,6 +46,7 @@ __all__ = [
     "Program",
     "Rollback",
     "Step",
+    "drained",
     "for_dialect",
 ]
 
@@ -166,6 +167,18 @@ def _processor(type_: TypeEngine[Any], dialect: Dialect, *, bind: bool) -> Proce
     if bind:
         return impl.bind_processor(dialect)
     return impl.result_processor(dialect, None)
+
+
+def drained(rows: Sequence[Any]) -> Iterator[Any]:
+    """The rows a ``FETCH`` sent back, each let go (in the list, which the driver may
+    still hold while the program runs) once the loop over them moved on: for rows that
+    are large, such as change records that each hold a whole conversation."""
+    if not isinstance(rows, list):
+        yield from rows
+        return
+    for i, row in enumerate(rows):
+        yield row
+        rows[i] = None
 
 
 class _Running(Generic[T]):

@@ -14,7 +14,7 @@ import random
 import re
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -53,7 +53,10 @@ class SqliteDriver(Driver):
         params: Mapping[str, Any],
         memo: Memo | None = None,
     ) -> Sequence[Any]:
-        rows = await conn.execute_fetchall(stmt.sql, stmt.args(params, memo))
+        args = stmt.args(params, memo)
+        if self.one_trip:
+            return await _on_thread(conn, _fetch_on_thread, conn._conn, stmt.sql, args)  # noqa: SLF001 - see run
+        rows = await conn.execute_fetchall(stmt.sql, args)
         return rows  # type: ignore[no-any-return]
 
     async def execute(
@@ -79,7 +82,8 @@ class SqliteDriver(Driver):
         # aiosqlite runs every call as a function on the connection's own thread; this
         # hands it the whole program as one such function (``_execute`` is the queue
         # every aiosqlite method uses; ``_conn`` the sqlite3 connection it owns).
-        return await conn._execute(  # type: ignore[no-any-return]  # noqa: SLF001 - aiosqlite's queue, see above
+        return await _on_thread(
+            conn,
             self._run_on_thread,
             conn._conn,  # noqa: SLF001 - the sqlite3 connection aiosqlite owns, see above
             program,
@@ -125,7 +129,8 @@ class SqliteDriver(Driver):
         raises (``phase`` says how far it got)."""
         if len(programs) == 1:
             return [(True, await self.run(conn, programs[0], phase, begin=True, end=True))]
-        return await conn._execute(  # type: ignore[no-any-return]  # noqa: SLF001 - see run
+        return await _on_thread(
+            conn,
             self._run_group_on_thread,
             conn._conn,  # noqa: SLF001 - see run
             programs,
@@ -177,6 +182,23 @@ class SqliteDriver(Driver):
                 outcomes.append((True, value))
             _commit(conn, phase)
         return outcomes
+
+
+async def _on_thread(conn: Any, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` run on the connection's thread (aiosqlite's private ``_execute``, see
+    ``SqliteDriver.run``). The value comes back in a box that is emptied here: aiosqlite's
+    thread holds what its last call returned until its next call, and a value may be a
+    whole conversation."""
+    box: list[T] = await conn._execute(_boxed, fn, *args)  # noqa: SLF001 - see above
+    return box.pop()
+
+
+def _boxed(fn: Callable[..., T], *args: Any) -> list[T]:
+    return [fn(*args)]
+
+
+def _fetch_on_thread(conn: sqlite3.Connection, sql: str, args: Sequence[Any]) -> list[Any]:
+    return conn.execute(sql, args).fetchall()
 
 
 def _nothing() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import sys
 from typing import Any
 
 import pytest
@@ -216,6 +217,48 @@ async def test_revert_brings_back_ids_authors_and_times(store: Store, cid: str) 
     assert await store.revert(cid, 0, by="x") == 6
     assert await store.read(cid) == []
     await folds(store, cid)
+
+
+AWKWARD: list[dict[str, Any]] = [
+    user('},{"id":7,"message":{"role":"user"}}],"start":1'),
+    {"role": "assistant", "content": [{"id": 1, "message": "x"}, {"id": 2, "text": "]}"}]},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]},
+    {"role": "tool", "tool_call_id": "c1", "content": 'é 中文 \u2028 \\ " \n'},
+]
+
+
+async def test_reverts_give_back_messages_that_look_like_their_records(
+    store: Store, cid: str
+) -> None:
+    """A revert reads the entries a change removed from its record (their messages kept
+    as text until they are needed): whatever the messages hold, they come back as they
+    were, with their ids, authors and times."""
+    await store.write(cid, AWKWARD)
+    value = await store.edit(cid)
+    value.splice(1, 2, [Entry(user("in between"), author='plugin:"q"')], by="plugin:x")
+    await store.commit(value)
+    after_edit = await store.read(cid)
+    await store.write(cid, AWKWARD[::-1])
+    assert await store.revert(cid, 1, by="undo") == 4
+    assert [m.to_dict() for m in await store.read(cid)] == AWKWARD
+    assert await store.revert(cid, 2, by="redo") == 5
+    got = await store.read(cid)
+    assert got == after_edit
+    assert [(m.entry_id, m.author, m.created_at) for m in got] == [
+        (m.entry_id, m.author, m.created_at) for m in after_edit
+    ]
+    assert await store.revert(cid, 3, by="redo") == 6
+    assert [m.to_dict() for m in await store.read(cid)][-4:] == AWKWARD[::-1]
+    await folds(store, cid)
+
+
+async def test_a_value_is_not_kept_once_its_caller_lets_go(store: Store, cid: str) -> None:
+    """What a call returned (here a conversation's whole value) is the caller's alone:
+    nothing of the store's, on its event loop or a connection's thread, still holds it."""
+    await store.write(cid, [user("a"), bot("b")])
+    value = await store.edit(cid)
+    await asyncio.sleep(0)  # the loop's own callbacks for the call have run
+    assert sys.getrefcount(value) == 2  # ``value`` and the argument
 
 
 async def test_revert_of_bad_revisions(store: Store, cid: str) -> None:
