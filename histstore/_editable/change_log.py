@@ -160,24 +160,30 @@ def _read(
 
 
 def _entry_at(text: str, at: int, pending: dict[int, Any]) -> tuple[Entry, int]:
-    """The entry whose JSON begins at ``text[at]``, and where it ends."""
+    """The entry whose JSON begins at ``text[at]``, and where it ends. An entry as
+    ``entry_text`` writes it (``id``, ``message``, then ``author`` and ``created_at`` when
+    it has them) is read in place; any other is decoded whole."""
     first = _ENTRY_FIRST.match(text, at)
-    if first is None:  # not as ``entry_text`` writes it: decoded whole
-        item, at = _DECODER.raw_decode(text, at)
-        return entry_from_json(item, decoded=True, pending=pending), at
-    start = first.end()
-    _message, end = _DECODER.raw_decode(text, start)  # decoded only to find its end
-    at = end
-    parts: dict[str, Any] = {}
-    while text.startswith(',"', at):
-        key, at = _DECODER.raw_decode(text, at + 1)
-        if not text.startswith(":", at):
-            raise InvalidMessage("a bad entry record")
-        parts[key], at = _DECODER.raw_decode(text, at + 1)
-    if not text.startswith("}", at):
-        raise InvalidMessage("a bad entry record")
-    entry = pending_entry(int(first.group(1)), text[start:end], parts, pending)
-    return entry, at + 1
+    if first is not None:
+        start = first.end()
+        _message, end = _DECODER.raw_decode(text, start)  # decoded only to find its end
+        after = end
+        author = created = None
+        if text.startswith(_AUTHOR, after):
+            author, after = _DECODER.raw_decode(text, after + len(_AUTHOR))
+        if text.startswith(_CREATED, after):
+            close = text.find('"', after + len(_CREATED))
+            if close > 0:
+                created, after = text[after + len(_CREATED) : close], close + 1
+        if text.startswith("}", after):
+            entry = pending_entry(int(first.group(1)), text[start:end], author, created, pending)
+            return entry, after + 1
+    item, at = _DECODER.raw_decode(text, at)
+    return entry_from_json(item, decoded=True, pending=pending), at
+
+
+_AUTHOR = ',"author":'
+_CREATED = ',"created_at":"'
 
 
 def written(revision: int, at: datetime, appended: int) -> Logged:

@@ -313,17 +313,20 @@ def entry_from_json(
 
 
 def pending_entry(
-    entry_id: int, message_text: str, parts: Mapping[str, Any], pending: dict[int, Any]
+    entry_id: int,
+    message_text: str,
+    author: object,
+    created_at: object,
+    pending: dict[int, Any],
 ) -> Entry:
-    """The entry ``entry_to_json`` wrote with id ``entry_id``, ``parts`` its other
-    fields, whose message is ``PENDING`` and its JSON text (as a store wrote it) put in
-    ``pending`` under the entry's ``id()`` (see ``entry_from_json``)."""
-    r = fields(parts, ("author", "created_at"), what="an entry record")
+    """The entry ``entry_to_json`` wrote with these fields, whose message is ``PENDING``
+    and its JSON text (as a store wrote it) put in ``pending`` under the entry's
+    ``id()`` (see ``entry_from_json``)."""
     entry = Entry.from_store(
         PENDING,
         check_count(entry_id, what="entry id", low=1),
-        check_author(r.get("author")),
-        time_from(r.get("created_at"), what="created_at"),
+        check_author(author),
+        time_from(created_at, what="created_at"),
     )
     pending[id(entry)] = message_text
     return entry

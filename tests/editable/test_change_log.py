@@ -80,6 +80,16 @@ def test_a_record_in_another_layout_is_decoded_whole() -> None:
     assert settled(lazy, pending) == list(change.removed)
 
 
+def test_an_entry_whose_fields_come_in_another_order() -> None:
+    change = Change("commit", start=0, removed=removed_entries(AWKWARD[:1]))
+    text = encode(change)
+    author, created = ',"author":"plugin:\\"0\\""', f',"created_at":"{T0.isoformat()}"'
+    assert author + created in text
+    swapped = text.replace(author + created, created + author)
+    pending: dict[int, Any] = {}
+    assert settled(read_back(swapped, pending), pending) == list(change.removed)
+
+
 def test_entries_in_another_layout_inside_a_compact_record() -> None:
     change = Change("commit", start=0, removed=removed_entries(AWKWARD[:2]))
     text = encode(change)
