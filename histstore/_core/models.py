@@ -21,6 +21,8 @@ __all__ = [
     "as_message",
     "decoded_message",
     "message_data",
+    "peek_data",
+    "role_in",
     "stored_message",
 ]
 
@@ -104,9 +106,7 @@ class Message:
     @property
     def role(self) -> str:
         """The message's ``role``, else its ``type``."""
-        d = message_data(self)
-        role = d.get("role")
-        return role if isinstance(role, str) else str(d["type"])
+        return role_in(message_data(self))
 
     @property
     def content(self) -> Any:
@@ -259,6 +259,19 @@ def message_data(message: Message) -> dict[str, Any]:
         data = _codec.decode(_get_text(message))
         _set_data(message, data)
     return data
+
+
+def peek_data(message: Message) -> dict[str, Any]:
+    """The message's JSON object: the one it keeps, else one decoded for this look only
+    (not kept on the message: for a pass over many messages that looks at each once)."""
+    data: dict[str, Any] | None = _get_data(message)
+    return _codec.decode(_get_text(message)) if data is None else data
+
+
+def role_in(data: Mapping[str, Any]) -> str:
+    """A message's ``role``, else its ``type``, from its JSON object."""
+    role = data.get("role")
+    return role if isinstance(role, str) else str(data["type"])
 
 
 def _unpickle(

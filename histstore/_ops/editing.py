@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.ids import validate_id
-from .._core.models import Message, stored_message
+from .._core.models import Message, peek_data, role_in, stored_message
 from .._core.search_text import indexed_text
 from .._editable.change_log import Logged, logged, rebuild, written
 from .._editable.changes import Change, first_touched
@@ -137,16 +137,17 @@ def _entry_row(
     ``count_tokens``; made ``now`` when the entry has no time)."""
     m = entry.message
     count = ctx.settings.count_tokens
+    data = peek_data(m)  # a message read back stays undecoded: a revert may put back many
     return _rows.message_row(
         conversation,
         position,
-        role=_rules.role_key(m.role),
+        role=_rules.role_key(role_in(data)),
         data=m.to_json(),
         token_count=None
         if count is None
         else _rules.counted(count, m, conversation, f"the message at position {position}"),
         created_at=entry.created_at or now,
-        search_text=indexed_text(m),
+        search_text=indexed_text(data),
         entry_id=eid(entry),
         author=entry.author,
     )
