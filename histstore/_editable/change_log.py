@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -62,22 +62,10 @@ def encode(change: Change, added: int | None = None) -> str:
     text = _codec.encode(record, what="change record")[0]
     if not change.removed:
         return text
-    # One join makes the whole text: a removed list may be a whole conversation's
-    # messages, and each concatenation would copy it once more.
+    # Built in one go: a removed list may be a whole conversation's messages, and each
+    # concatenation would copy it once more.
     head, tail = text.split(_REMOVED_TEXT, 1)
-    return "".join(_spliced(head, [entry_text(e) for e in change.removed], tail))
-
-
-def _spliced(head: str, items: list[str], tail: str) -> Iterator[str]:
-    """``head``, then ``items`` as a JSON array of the texts they are, then ``tail``."""
-    yield head
-    yield "["
-    for i, item in enumerate(items):
-        if i:
-            yield ","
-        yield item
-    yield "]"
-    yield tail
+    return f"{head}[{','.join([entry_text(e) for e in change.removed])}]{tail}"
 
 
 _REMOVED = "\u0000removed\u0000"

@@ -294,14 +294,7 @@ def entry_from_json(
         raise InvalidMessage("an entry record needs 'id' and 'message'")
     message = r["message"]
     if pending is not None and type(message) is dict:
-        entry = Entry.from_store(
-            PENDING,
-            check_count(r["id"], what="entry id", low=1),
-            check_author(r.get("author")),
-            time_from(r.get("created_at"), what="created_at"),
-        )
-        pending[id(entry)] = message
-        return entry
+        return pending_entry(r["id"], message, r.get("author"), r.get("created_at"), pending)
     if decoded and type(message) is dict:
         message = decoded_message(message)
     return Entry(
@@ -313,22 +306,22 @@ def entry_from_json(
 
 
 def pending_entry(
-    entry_id: int,
-    message_text: str,
+    entry_id: object,
+    message: dict[str, Any] | str,
     author: object,
     created_at: object,
     pending: dict[int, Any],
 ) -> Entry:
-    """The entry ``entry_to_json`` wrote with these fields, whose message is ``PENDING``
-    and its JSON text (as a store wrote it) put in ``pending`` under the entry's
-    ``id()`` (see ``entry_from_json``)."""
+    """The entry ``entry_to_json`` wrote with these fields (checked), whose message is
+    ``PENDING``; ``message``, its decoded value or its JSON text as a store wrote it, is
+    put in ``pending`` under the entry's ``id()`` (see ``entry_from_json``)."""
     entry = Entry.from_store(
         PENDING,
         check_count(entry_id, what="entry id", low=1),
         check_author(author),
         time_from(created_at, what="created_at"),
     )
-    pending[id(entry)] = message_text
+    pending[id(entry)] = message
     return entry
 
 

@@ -122,7 +122,7 @@ def log(
         number = int(r[0])
         # A revert never reads the messages a record up to its target removed (see
         # ``rebuild``): they are decoded into a dict dropped with the record.
-        keep = {} if pending is not None and upto is not None and number <= upto else pending
+        keep = {} if upto is not None and number <= upto else pending
         records[number] = logged(number, r[1], r[2], time(r[3]), r[4], keep)
     if sorted(records) != list(range(1, revision + 1)):
         raise HistStoreError(f"the change log of conversation {conversation!r} has gaps")

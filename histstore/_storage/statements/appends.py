@@ -45,26 +45,10 @@ __all__ = [
     "group_params",
 ]
 
-_MESSAGE_COLUMNS = [
-    "conversation_id",
-    "position",
-    "role",
-    "data",
-    "token_count",
-    "created_at",
-    "search_text",
-    "entry_id",
-]
-_RECORD_COLUMNS = [
-    "conversation_id",
-    "key",
-    "position",
-    "count",
-    "digest",
-    "created_at",
-    "revision",
-    "appended",
-]
+# The columns the appends insert, in the tables' order (their selects give them so):
+# every column of a message but its author (a new entry has none), and of a write record.
+_MESSAGE_COLUMNS = [c.name for c in s.messages.columns if c.name != "author"]
+_RECORD_COLUMNS = [c.name for c in s.writes.columns]
 
 
 def _listed() -> Any:

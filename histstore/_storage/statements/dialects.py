@@ -199,17 +199,4 @@ def messages_from_arrays(dialect: Dialect) -> Any:
         rows.c.entry_id,
         rows.c.author,
     )
-    return msg.insert().from_select(
-        [
-            "conversation_id",
-            "position",
-            "role",
-            "data",
-            "token_count",
-            "created_at",
-            "search_text",
-            "entry_id",
-            "author",
-        ],
-        placed,
-    )
+    return msg.insert().from_select([c.name for c in msg.columns], placed)  # in their order
