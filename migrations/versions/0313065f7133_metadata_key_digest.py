@@ -30,6 +30,7 @@ from alembic import op
 
 from histstore._core.codec import key_digest
 from histstore._errors import SchemaError
+from histstore._storage.revisions import placed_schema
 
 # Ids compare by code point: Postgres needs the "C" collation for that (keys too).
 ID = sa.String(length=255).with_variant(sa.String(length=255, collation="C"), "postgresql")
@@ -73,18 +74,8 @@ def _table(*, new: bool) -> sa.Table:
     )
 
 
-def _schema() -> str | None:
-    """The schema histstore's tables are placed in (``connect(schema=)``): ALTER TABLE
-    is not translated like the other operations. Offline, ``search_path`` places it."""
-    if op.get_context().as_sql:
-        return None
-    placed = op.get_bind().get_execution_options().get("schema_translate_map") or {}
-    schema = placed.get(None)
-    return str(schema) if schema else None
-
-
 def upgrade() -> None:
-    schema = _schema()
+    schema = placed_schema()
     op.add_column(TABLE, sa.Column("key_digest", DIGEST, nullable=True), schema=schema)
     if not op.get_context().as_sql:
         _backfill()
@@ -130,7 +121,7 @@ def _backfill() -> None:
 
 
 def downgrade() -> None:
-    schema = _schema()
+    schema = placed_schema()
     if not op.get_context().as_sql:
         _refuse_long_keys()
     with op.batch_alter_table(TABLE, schema=schema, copy_from=_table(new=True)) as batch:

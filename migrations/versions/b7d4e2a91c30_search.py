@@ -22,6 +22,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import TSVECTOR
 
 from histstore._core.search_text import indexed_text
+from histstore._storage.revisions import placed_schema
 
 # Ids compare by code point: Postgres needs the "C" collation for that.
 ID = sa.String(length=255).with_variant(sa.String(length=255, collation="C"), "postgresql")
@@ -82,24 +83,16 @@ _SQLITE_DOWN = [
 ]
 
 
-def _schema() -> str | None:
-    """The schema histstore's tables are placed in (``connect(schema=)``): ALTER TABLE
-    is not translated like the other operations. Offline, ``search_path`` places it."""
-    if op.get_context().as_sql:
-        return None
-    placed = op.get_bind().get_execution_options().get("schema_translate_map") or {}
-    schema = placed.get(None)
-    return str(schema) if schema else None
-
-
 def _qualified(table: str) -> str:
-    schema = _schema()
+    schema = placed_schema()
     return table if schema is None else f'"{schema}".{table}'
 
 
 def upgrade() -> None:
     op.add_column(
-        "histstore_messages", sa.Column("search_text", sa.Text(), nullable=True), schema=_schema()
+        "histstore_messages",
+        sa.Column("search_text", sa.Text(), nullable=True),
+        schema=placed_schema(),
     )
     if not op.get_context().as_sql:
         _backfill()
@@ -134,7 +127,7 @@ def upgrade() -> None:
                 TSVECTOR(),
                 sa.Computed("to_tsvector('simple'::regconfig, search_text)", persisted=True),
             ),
-            schema=_schema(),
+            schema=placed_schema(),
         )
         # A pending list of 256 kB: writes still batch their index entries, and a search
         # never has much of them to scan outside the index proper.
@@ -197,16 +190,16 @@ def downgrade() -> None:
     if op.get_context().dialect.name == "postgresql":
         op.execute(f"ALTER TABLE {_qualified('histstore_messages')} RESET (parallel_workers)")
         op.drop_index(
-            "ix_histstore_messages_search", table_name="histstore_messages", schema=_schema()
+            "ix_histstore_messages_search", table_name="histstore_messages", schema=placed_schema()
         )
-        op.drop_column("histstore_messages", "search_vector", schema=_schema())
+        op.drop_column("histstore_messages", "search_vector", schema=placed_schema())
     else:
         for statement in _SQLITE_DOWN:
             op.execute(statement)
     op.drop_index(
         op.f("ix_histstore_vectors_model_conversation_id_position"),
         table_name="histstore_vectors",
-        schema=_schema(),
+        schema=placed_schema(),
     )
-    op.drop_table("histstore_vectors", schema=_schema())
-    op.drop_column("histstore_messages", "search_text", schema=_schema())
+    op.drop_table("histstore_vectors", schema=placed_schema())
+    op.drop_column("histstore_messages", "search_text", schema=placed_schema())

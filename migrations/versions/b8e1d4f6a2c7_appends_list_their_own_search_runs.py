@@ -26,6 +26,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
+from histstore._storage.revisions import schema_prefix
+
 revision: str = "b8e1d4f6a2c7"
 down_revision: str | None = "f7c2a9d3e8b4"
 branch_labels: str | Sequence[str] | None = None
@@ -34,21 +36,6 @@ depends_on: str | Sequence[str] | None = None
 _TRIGGER = "histstore_search_added"
 _FUNCTION = "histstore_search_list_added"
 SETTING = "histstore.search_listed"
-
-
-def _schema() -> str | None:
-    """The schema histstore's tables are in (``connect(schema=)``), online; offline
-    ``search_path`` places them (see c4e8a1f2d9b7)."""
-    if op.get_context().as_sql:
-        return None
-    placed = op.get_bind().get_execution_options().get("schema_translate_map") or {}
-    schema = placed.get(None)
-    return str(schema) if schema else None
-
-
-def _prefix() -> str:
-    schema = _schema()
-    return "" if schema is None else '"' + schema.replace('"', '""') + '".'
 
 
 def _trigger(q: str, when: str) -> list[str]:
@@ -64,12 +51,12 @@ def upgrade() -> None:
     if op.get_context().dialect.name != "postgresql":
         return
     when = f" WHEN (current_setting('{SETTING}', true) IS DISTINCT FROM 'on')"
-    for sql in _trigger(_prefix(), when):
+    for sql in _trigger(schema_prefix(), when):
         op.execute(sql)
 
 
 def downgrade() -> None:
     if op.get_context().dialect.name != "postgresql":
         return
-    for sql in _trigger(_prefix(), ""):
+    for sql in _trigger(schema_prefix(), ""):
         op.execute(sql)

@@ -47,6 +47,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
+from histstore._storage.revisions import placed_schema
+
 # Ids compare by code point: Postgres needs the "C" collation for that.
 ID = sa.String(length=255).with_variant(sa.String(length=255, collation="C"), "postgresql")
 
@@ -104,18 +106,8 @@ _changes = sa.Table(
 )
 
 
-def _schema() -> str | None:
-    """The schema histstore's tables are placed in (``connect(schema=)``): ALTER TABLE
-    is not translated like the other operations. Offline, ``search_path`` places it."""
-    if op.get_context().as_sql:
-        return None
-    placed = op.get_bind().get_execution_options().get("schema_translate_map") or {}
-    schema = placed.get(None)
-    return str(schema) if schema else None
-
-
 def upgrade() -> None:
-    schema = _schema()
+    schema = placed_schema()
     sqlite = op.get_context().dialect.name == "sqlite"
     for column in (
         sa.Column("revision", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
@@ -344,7 +336,7 @@ def _backfill_changes() -> None:
 
 
 def downgrade() -> None:
-    schema = _schema()
+    schema = placed_schema()
     new_tables = ("histstore_turns", "histstore_asides", "histstore_changes")
     if op.get_context().dialect.name == "sqlite" and not op.get_context().as_sql:
         # On a connection that began no transaction itself (histstore's own begin with

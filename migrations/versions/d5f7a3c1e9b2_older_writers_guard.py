@@ -43,6 +43,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from histstore._storage.revisions import placed_schema, schema_prefix
+
 revision: str = "d5f7a3c1e9b2"
 down_revision: str | None = "c4e8a1f2d9b7"
 branch_labels: str | Sequence[str] | None = None
@@ -126,21 +128,6 @@ def _table(name: str) -> sa.Table:
     return sa.Table(name, _meta, sa.Column("conversation_id", ID, primary_key=True))
 
 
-def _schema() -> str | None:
-    """The schema histstore's tables are in (``connect(schema=)``), online; offline
-    ``search_path`` places them (see c4e8a1f2d9b7)."""
-    if op.get_context().as_sql:
-        return None
-    placed = op.get_bind().get_execution_options().get("schema_translate_map") or {}
-    schema = placed.get(None)
-    return str(schema) if schema else None
-
-
-def _prefix() -> str:
-    schema = _schema()
-    return "" if schema is None else '"' + schema.replace('"', '""') + '".'
-
-
 def _whole() -> None:
     """SQLite, online: put the DDL that follows in the transaction. On a connection
     that began none itself, pysqlite begins one only at the first statement that may
@@ -153,7 +140,7 @@ def _whole() -> None:
 def upgrade() -> None:
     _whole()
     _repair()
-    q = _prefix()
+    q = schema_prefix()
     if op.get_context().dialect.name == "sqlite":
         for name, rule in SQLITE_TRIGGERS.items():
             op.execute(f"CREATE TRIGGER {name} {rule} BEGIN SELECT RAISE(ABORT, '{MESSAGE}'); END")
@@ -200,7 +187,7 @@ def _repair() -> None:
         ZERO_INDEX,
         "histstore_messages",
         ["conversation_id", "position"],
-        schema=_schema(),
+        schema=placed_schema(),
         sqlite_where=sa.text("entry_id < 1"),
         postgresql_where=sa.text("entry_id < 1"),
     )
@@ -263,7 +250,7 @@ def _repair() -> None:
     op.drop_index(
         ZERO_INDEX,
         table_name="histstore_messages",
-        schema=_schema(),
+        schema=placed_schema(),
         sqlite_where=sa.text("entry_id < 1"),
         postgresql_where=sa.text("entry_id < 1"),
     )
@@ -275,7 +262,7 @@ def _repair() -> None:
 
 def downgrade() -> None:
     _whole()
-    q = _prefix()
+    q = schema_prefix()
     if op.get_context().dialect.name == "sqlite":
         for name in SQLITE_TRIGGERS:
             op.execute(f"DROP TRIGGER {name}")

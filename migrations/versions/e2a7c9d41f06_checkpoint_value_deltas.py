@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from histstore._errors import SchemaError
+from histstore._storage.revisions import placed_schema
 
 revision: str = "e2a7c9d41f06"
 down_revision: str | None = "d5f7a3c1e9b2"
@@ -38,18 +39,8 @@ REFUSED = (
 )
 
 
-def _schema() -> str | None:
-    """The schema histstore's tables are in (``connect(schema=)``), online; offline
-    ``search_path`` places them (see c4e8a1f2d9b7)."""
-    if op.get_context().as_sql:
-        return None
-    placed = op.get_bind().get_execution_options().get("schema_translate_map") or {}
-    schema = placed.get(None)
-    return schema if isinstance(schema, str) else None
-
-
 def upgrade() -> None:
-    op.add_column(TABLE, sa.Column("base", sa.Text(), nullable=True), schema=_schema())
+    op.add_column(TABLE, sa.Column("base", sa.Text(), nullable=True), schema=placed_schema())
 
 
 def downgrade() -> None:
@@ -67,10 +58,10 @@ def downgrade() -> None:
             # it is evaluated only when such a row exists.
             op.execute(f"SELECT json('{message}') WHERE EXISTS ({deltas})")
     else:
-        blobs = sa.table(TABLE, sa.column("base"), schema=_schema())
+        blobs = sa.table(TABLE, sa.column("base"), schema=placed_schema())
         found = op.get_bind().execute(
             sa.select(sa.literal(1)).where(blobs.c.base.is_not(None)).limit(1)
         )
         if found.first() is not None:
             raise SchemaError(REFUSED)
-    op.drop_column(TABLE, "base", schema=_schema())
+    op.drop_column(TABLE, "base", schema=placed_schema())

@@ -36,6 +36,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
+from histstore._storage.revisions import schema_prefix
+
 revision: str = "e9a4c2f8b5d1"
 down_revision: str | None = "b1e6f0c4a7d3"
 branch_labels: str | Sequence[str] | None = None
@@ -44,21 +46,6 @@ depends_on: str | Sequence[str] | None = None
 _ADDED = "histstore_search_list_added"
 _CHANGED = "histstore_search_list_changed"
 _REMOVED = "histstore_search_drop_removed"
-
-
-def _schema() -> str | None:
-    """The schema histstore's tables are in (``connect(schema=)``), online; offline
-    ``search_path`` places them (see c4e8a1f2d9b7)."""
-    if op.get_context().as_sql:
-        return None
-    placed = op.get_bind().get_execution_options().get("schema_translate_map") or {}
-    schema = placed.get(None)
-    return str(schema) if schema else None
-
-
-def _prefix() -> str:
-    schema = _schema()
-    return "" if schema is None else '"' + schema.replace('"', '""') + '".'
 
 
 def _up(q: str) -> list[str]:
@@ -147,12 +134,12 @@ def _down(q: str) -> list[str]:
 def upgrade() -> None:
     if op.get_context().dialect.name != "postgresql":
         return
-    for sql in _up(_prefix()):
+    for sql in _up(schema_prefix()):
         op.execute(sql)
 
 
 def downgrade() -> None:
     if op.get_context().dialect.name != "postgresql":
         return
-    for sql in _down(_prefix()):
+    for sql in _down(schema_prefix()):
         op.execute(sql)

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
+from histstore._storage.revisions import schema_prefix
+
 revision: str = "f7c2a9d3e8b4"
 down_revision: str | None = "e9a4c2f8b5d1"
 branch_labels: str | Sequence[str] | None = None
@@ -32,21 +34,6 @@ depends_on: str | Sequence[str] | None = None
 
 FOREIGN_KEY = "fk_histstore_vectors_conversation_id_histstore_messages"
 _FUNCTION = "histstore_vectors_drop_removed"
-
-
-def _schema() -> str | None:
-    """The schema histstore's tables are in (``connect(schema=)``), online; offline
-    ``search_path`` places them (see c4e8a1f2d9b7)."""
-    if op.get_context().as_sql:
-        return None
-    placed = op.get_bind().get_execution_options().get("schema_translate_map") or {}
-    schema = placed.get(None)
-    return str(schema) if schema else None
-
-
-def _prefix() -> str:
-    schema = _schema()
-    return "" if schema is None else '"' + schema.replace('"', '""') + '".'
 
 
 def _up(q: str) -> list[str]:
@@ -80,12 +67,12 @@ def _down(q: str) -> list[str]:
 def upgrade() -> None:
     if op.get_context().dialect.name != "postgresql":
         return
-    for sql in _up(_prefix()):
+    for sql in _up(schema_prefix()):
         op.execute(sql)
 
 
 def downgrade() -> None:
     if op.get_context().dialect.name != "postgresql":
         return
-    for sql in _down(_prefix()):
+    for sql in _down(schema_prefix()):
         op.execute(sql)
