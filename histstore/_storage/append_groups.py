@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -55,23 +56,14 @@ class _Again:
 _AGAIN = _Again()
 
 
+@dataclass(slots=True, eq=False)  # members are told apart by identity
 class _Member:
-    __slots__ = ("action", "done", "group", "one", "params", "started")
-
-    def __init__(
-        self,
-        one: CompiledStatement,
-        group: CompiledStatement,
-        params: dict[str, Any],
-        action: str,
-        done: asyncio.Future[Rows | _Again],
-    ) -> None:
-        self.one = one
-        self.group = group
-        self.params = params
-        self.action = action
-        self.done = done
-        self.started = False
+    one: CompiledStatement
+    group: CompiledStatement
+    params: dict[str, Any]
+    action: str
+    done: asyncio.Future[Rows | _Again]
+    started: bool = False
 
     @property
     def conversation(self) -> str:
