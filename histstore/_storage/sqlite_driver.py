@@ -238,8 +238,11 @@ def _run_steps(conn: sqlite3.Connection, program: Program[T]) -> T | Rollback[T]
     return running.value  # type: ignore[return-value]
 
 
-MAX_ROWS = 256
-"""Rows of one multi-row INSERT at most (see ``execute_many``)."""
+MAX_ROWS = 32
+"""Rows of one multi-row INSERT at most (see ``execute_many``). SQLite compiles a
+multi-row INSERT once per connection, at a cost that grows faster than its rows: a
+statement of 64 message rows took about 0.7 ms to prepare (a whole 100-message write's
+worth), one of 32 about 0.1 ms, and per row both insert at the same speed."""
 
 _VALUES = re.compile(r"\bVALUES (\((?:\?, )*\?\))")
 # Bound parameters of one statement at most: SQLite's default limit (999 before 3.32).
@@ -252,10 +255,8 @@ def execute_many(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any
     INSERTs instead (row counts that are powers of two, at most ``MAX_ROWS``), which
     insert the same rows in the same order.
 
-    Each statement is a unit for SQLite's full-text index: FTS5 writes what a statement
-    added to its index as a new segment when the next statement begins, so an
-    ``executemany`` of a batch of messages made a segment per message (and the merges
-    that follow), where one statement makes one. Other statements run as they are.
+    One statement of many rows inserts them faster than a statement per row (by a
+    tenth or more for a batch of 100 messages). Other statements run as they are.
     """
     cap = _rows_per_statement(sql) if len(rows) > 1 else 0
     if cap < 2:

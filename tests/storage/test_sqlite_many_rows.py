@@ -1,6 +1,5 @@
 """SQLite runs a batch of rows as a few multi-row INSERTs (``execute_many``): the same
-rows in the same order as ``executemany``, in far fewer statements (each one a segment
-of the full-text index)."""
+rows in the same order as ``executemany``, in far fewer statements."""
 
 from __future__ import annotations
 
@@ -42,7 +41,7 @@ def test_a_batch_is_inserted_whole_in_order(n: int) -> None:
     execute_many(conn, "INSERT INTO t (k, v, b) VALUES (?, ?, ?)", rows)
     conn.set_trace_callback(None)
     assert _rows(conn) == rows
-    # Runs of 256, then a statement per bit of the rest: never one per row.
+    # Runs of MAX_ROWS, then a statement per bit of the rest: never one per row.
     assert len(seen) <= n // MAX_ROWS + bin(n % MAX_ROWS).count("1")
     conn.close()
 
