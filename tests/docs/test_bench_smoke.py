@@ -149,3 +149,23 @@ def test_quick_frameworks_run_compares_both_savers_and_their_storage(tmp_path: P
             assert all(ops[op]["mean_us"] > 0 for op in ops)
     stored = result["bytes_per_thread"]
     assert 0 < stored["histstore"] < stored["langgraph"]
+
+
+def test_quick_sqlite_inserts_run_times_every_shape_beside_raw(tmp_path: Path) -> None:
+    lines, doc = run_quick("sqlite_inserts.py", tmp_path)
+    assert any(line.startswith("raw program") for line in lines)
+    res = doc["results"]["sqlite"]
+    # Both INSERT triggers of the messages table exist, and the copy runs without them.
+    assert set(res["dropped_triggers"]) == {
+        "histstore_guard_entry_id",
+        "histstore_messages_fts_insert",
+    }
+    cases = [(r["case"], r["rows_per_statement"]) for r in res["rows"]]
+    assert cases == [
+        ("raw program", 1),
+        ("histstore schema", 1),
+        ("without INSERT triggers", 1),
+        ("histstore schema", 8),
+        ("without INSERT triggers", 8),
+    ]
+    assert all(r["median_us"] > 0 for r in res["rows"])
