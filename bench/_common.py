@@ -28,6 +28,7 @@ __all__ = [
     "median",
     "pg_databases",
     "render_table",
+    "repeated_config",
     "sqlite_timestamp",
 ]
 
@@ -276,6 +277,17 @@ async def pg_server(url: str) -> str:
     finally:
         await conn.close()
     return "PostgreSQL " + ", ".join(f"{k}={v}" for k, v in settings.items())
+
+
+def repeated_config(args: argparse.Namespace, quick: Any, full: Any) -> Any:
+    """The configuration (a dataclass with a ``repeat`` field) that ``--quick`` picks, with
+    ``--repeat`` (an option the script added) applied when given."""
+    from dataclasses import replace
+
+    cfg = quick if args.quick else full
+    if args.repeat is not None:
+        cfg = replace(cfg, repeat=max(1, args.repeat))
+    return cfg
 
 
 def bench_parser(doc: str) -> argparse.ArgumentParser:

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from _common import (
     pg_databases,
     pg_server,
     render_table,
+    repeated_config,
     run_and_report,
 )
 from sqlalchemy import text
@@ -184,9 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser(__doc__ or "")
     parser.add_argument("--repeat", type=int, default=None, help="alternating runs (3)")
     args = parser.parse_args(argv)
-    cfg = QUICK if args.quick else FULL
-    if args.repeat is not None:
-        cfg = replace(cfg, repeat=max(1, args.repeat))
+    cfg = repeated_config(args, QUICK, FULL)
     return run_and_report(
         args,
         cfg,

@@ -27,12 +27,20 @@ import tempfile
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from _common import bench_parser, chat_messages, encode, median, render_table, run_and_report
+from _common import (
+    bench_parser,
+    chat_messages,
+    encode,
+    median,
+    render_table,
+    repeated_config,
+    run_and_report,
+)
 
 import histstore
 
@@ -241,9 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser(__doc__ or "")
     parser.add_argument("--repeat", type=int, default=None, help="alternating runs (3)")
     args = parser.parse_args(argv)
-    cfg = QUICK if args.quick else FULL
-    if args.repeat is not None:
-        cfg = replace(cfg, repeat=max(1, args.repeat))
+    cfg = repeated_config(args, QUICK, FULL)
     return run_and_report(args, cfg, lambda: run_sqlite(cfg, args.sqlite_dir), run_postgres, report)
 
 
