@@ -7,15 +7,17 @@ Run from a checkout::
 SQLite only (``--backend postgres`` measures nothing). No histstore code runs in the
 timed part: with the ``sqlite3`` module, each write is the transaction histstore's
 append runs (``BEGIN IMMEDIATE``, the conversation's upsert, the batch's row in the
-writes table, the messages, ``COMMIT``) on a file ``histstore.connect`` made, with the
-messages inserted ``rows`` at a time (1: ``executemany``; more: multi-row ``INSERT ...
-VALUES``). Each shape runs on that schema as made and on a copy whose INSERT triggers on
-the messages table were dropped: SQLite copies the rows of a multi-row INSERT into a
-temporary table first when the table has row triggers, which this shows. Beside them,
-the raw program of ``../shared/peers`` (one upsert, one ``executemany`` of three
-columns). WAL, ``synchronous=NORMAL``. Figures: the first write (which compiles the
-statements) and the median of the others, in microseconds; the cases alternate
-``--repeat`` times on fresh copies.
+writes table, the messages, the statements listing them for the full-text index,
+``COMMIT``) on a file ``histstore.connect`` made, with the messages inserted ``rows`` at
+a time (1: ``executemany``; more: multi-row ``INSERT ... VALUES``). Each shape runs on
+that schema as made and on a copy given back the two INSERT triggers of the messages
+table that revision a2f6c8e4d0b3 dropped (one listed each row, so that write lists
+nothing itself): SQLite copies the rows of a multi-row INSERT into a temporary table
+first when the table has row triggers, which this shows. Beside them, the raw program
+of ``../shared/peers`` (one upsert, one ``executemany`` of three columns). WAL,
+``synchronous=NORMAL``. Figures: the first write (which compiles the statements) and
+the median of the others, in microseconds; the cases alternate ``--repeat`` times on
+fresh copies.
 """
 
 from __future__ import annotations
@@ -61,10 +63,24 @@ _COLUMNS = (
 )
 _UPSERT = (
     "INSERT INTO histstore_conversations (id, owner, length, created_at, updated_at,"
-    " revision, next_entry, next_aside) VALUES (?, NULL, ?, ?, ?, 1, ?, 1)"
+    " revision, next_entry, next_aside, listed_changes) VALUES (?, NULL, ?, ?, ?, 1, ?, 1, 1)"
     " ON CONFLICT (id) DO UPDATE SET length = length + excluded.length,"
     " updated_at = excluded.updated_at, revision = revision + 1,"
-    " next_entry = next_entry + excluded.length RETURNING length, revision, next_entry"
+    " next_entry = next_entry + excluded.length, listed_changes = listed_changes + 1"
+    " RETURNING length, revision, next_entry"
+)
+_LAST = "SELECT max(rowid) FROM histstore_messages"
+_LIST = (
+    "INSERT OR IGNORE INTO histstore_messages_fts_pending (message_rowid)"
+    " SELECT rowid FROM histstore_messages WHERE rowid > ? AND search_text IS NOT NULL"
+)
+# The INSERT triggers of the messages table before revision a2f6c8e4d0b3.
+_TRIGGERS = (
+    "CREATE TRIGGER histstore_messages_fts_insert AFTER INSERT ON histstore_messages"
+    " WHEN new.search_text IS NOT NULL BEGIN INSERT OR IGNORE INTO"
+    " histstore_messages_fts_pending(message_rowid) VALUES (new.rowid); END",
+    "CREATE TRIGGER histstore_guard_entry_id BEFORE INSERT ON histstore_messages"
+    " WHEN NEW.entry_id IS NULL OR NEW.entry_id < 1 BEGIN SELECT RAISE(ABORT, 'older'); END",
 )
 _RECORD = (
     "INSERT INTO histstore_writes (conversation_id, key, position, count, digest,"
@@ -88,10 +104,11 @@ def _open(path: Path) -> sqlite3.Connection:
     return conn
 
 
-def _drop_insert_triggers(path: Path) -> list[str]:
+def _insert_triggers(path: Path) -> list[str]:
+    """The names of the INSERT triggers of the messages table in ``path``."""
     conn = _open(path)
     try:
-        names = [
+        return [
             name
             for name, sql in conn.execute(
                 "SELECT name, sql FROM sqlite_master WHERE type = 'trigger'"
@@ -99,15 +116,25 @@ def _drop_insert_triggers(path: Path) -> list[str]:
             )
             if " INSERT ON " in sql.upper()
         ]
-        for name in names:
-            conn.execute(f'DROP TRIGGER "{name}"')
-        return names
+    finally:
+        conn.close()
+
+
+def _add_insert_triggers(path: Path) -> None:
+    conn = _open(path)
+    try:
+        for sql in _TRIGGERS:
+            conn.execute(sql)
     finally:
         conn.close()
 
 
 def _histstore_write(
-    conn: sqlite3.Connection, conversation: str, messages: list[dict[str, Any]], rows_each: int
+    conn: sqlite3.Connection,
+    conversation: str,
+    messages: list[dict[str, Any]],
+    rows_each: int,
+    lists: bool,
 ) -> None:
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
     n = len(messages)
@@ -123,6 +150,7 @@ def _histstore_write(
         for i, m in enumerate(messages)
     ]  # fmt: skip
     one = "(" + ", ".join("?" * 9) + ")"
+    ((last,),) = conn.execute(_LAST).fetchall() if lists else ((None,),)
     if rows_each == 1:
         conn.executemany(f"INSERT INTO histstore_messages ({_COLUMNS}) VALUES {one}", rows)
     else:
@@ -133,6 +161,8 @@ def _histstore_write(
                 f"INSERT INTO histstore_messages ({_COLUMNS}) VALUES {values}",
                 [v for row in chunk for v in row],
             )
+    if lists:
+        conn.execute(_LIST, (last or 0,))
     conn.execute("COMMIT")
 
 
@@ -174,13 +204,13 @@ async def run_sqlite(cfg: Config, sqlite_dir: str | None) -> dict[str, Any]:
 
 def _measure(cfg: Config, root: Path, made: Path) -> dict[str, Any]:
     """The cases, alternating, each on a fresh copy of ``made`` (or a raw file)."""
-    bare = root / "bare.db"
-    shutil.copy(made, bare)
-    dropped = _drop_insert_triggers(bare)
+    triggered = root / "triggered.db"
+    shutil.copy(made, triggered)
+    _add_insert_triggers(triggered)
     cases: list[tuple[str, Path | None, int]] = [("raw program", None, 1)]
     for rows_each in cfg.shapes:
         cases.append(("histstore schema", made, rows_each))
-        cases.append(("without INSERT triggers", bare, rows_each))
+        cases.append(("with the INSERT triggers", triggered, rows_each))
     samples: dict[int, list[list[float]]] = {i: [] for i in range(len(cases))}
     for r in range(cfg.repeat):
         order = list(range(len(cases)))
@@ -194,9 +224,14 @@ def _measure(cfg: Config, root: Path, made: Path) -> dict[str, Any]:
             else:
                 shutil.copy(source, path)
                 conn = _open(path)
-                times = _timed(
-                    conn, cfg, lambda c, conv, m, k=rows_each: _histstore_write(c, conv, m, k)
-                )
+                lists = source == made  # else the trigger lists each row
+
+                def write(
+                    c: Any, conv: str, m: Any, k: int = rows_each, lists: bool = lists
+                ) -> None:
+                    _histstore_write(c, conv, m, k, lists)
+
+                times = _timed(conn, cfg, write)
             conn.close()
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -212,7 +247,11 @@ def _measure(cfg: Config, root: Path, made: Path) -> dict[str, Any]:
                 "median_us": median([x for t in runs for x in t[1:]]),
             }
         )
-    return {"sqlite": sqlite3.sqlite_version, "dropped_triggers": dropped, "rows": rows}
+    return {
+        "sqlite": sqlite3.sqlite_version,
+        "insert_triggers": _insert_triggers(made),
+        "rows": rows,
+    }
 
 
 async def run_postgres() -> dict[str, Any]:
@@ -227,7 +266,8 @@ def report(results: dict[str, dict[str, Any]], cfg: Config) -> str:
             continue
         out.append(
             f"{kind} {res['sqlite']}: a write of {cfg.messages} messages, {cfg.batches} writes"
-            f" x {cfg.repeat}; INSERT triggers dropped: {', '.join(res['dropped_triggers'])}"
+            f" x {cfg.repeat}; INSERT triggers of the messages table as made:"
+            f" {', '.join(res['insert_triggers']) or 'none'}"
         )
         raw = res["rows"][0]["median_us"]
         table = [

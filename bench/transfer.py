@@ -94,14 +94,21 @@ async def raw_sqlite(path: Path, rows: list[Row], batch: int) -> None:
             await db.execute("BEGIN IMMEDIATE")
             await db.executemany(
                 "INSERT INTO histstore_conversations (id, owner, system_prompt, length,"
-                " created_at, updated_at) VALUES (?, NULL, NULL, ?, ?, ?)",
+                " created_at, updated_at, listed_changes) VALUES (?, NULL, NULL, ?, ?, ?, 1)",
                 convs,
             )
+            ((last,),) = await db.execute_fetchall("SELECT max(rowid) FROM histstore_messages")
             await db.executemany(
                 "INSERT INTO histstore_messages (conversation_id, position, role, data,"
                 " token_count, created_at, search_text, entry_id)"
                 " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?2 + 1)",
                 msgs,
+            )
+            # Listed for the full-text index, as histstore's writes list what they add.
+            await db.execute(
+                "INSERT OR IGNORE INTO histstore_messages_fts_pending (message_rowid)"
+                " SELECT rowid FROM histstore_messages WHERE rowid > ? AND search_text IS NOT NULL",
+                (last or 0,),
             )
             await db.execute("COMMIT")
 
@@ -120,7 +127,8 @@ async def raw_postgres(url: str, rows: list[Row], batch: int) -> None:
             async with conn.transaction():
                 await conn.executemany(
                     "INSERT INTO histstore_conversations (id, owner, system_prompt, length,"
-                    " created_at, updated_at) VALUES ($1, NULL, NULL, $2, $3, $4)",
+                    " created_at, updated_at, listed_changes)"
+                    " VALUES ($1, NULL, NULL, $2, $3, $4, 1)",
                     convs,
                 )
                 await conn.executemany(

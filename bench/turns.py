@@ -27,7 +27,8 @@ database whose schema ``histstore.connect(url, migrate=True)`` created:
   no explicit transaction).
 * SQLite write: ``BEGIN IMMEDIATE``, the conversation upsert that returns the new length
   (``INSERT ... ON CONFLICT (id) DO UPDATE SET length = length + 2 ... RETURNING
-  length``), an executemany of the 2 message rows, the insert of the batch's idempotency
+  length``), an executemany of the 2 message rows, one statement listing them for the
+  full-text index (as histstore's writes list theirs), the insert of the batch's idempotency
   record (a uuid key and a SHA-256 of the JSON texts), ``COMMIT``; aiosqlite with
   ``isolation_level=None``, WAL, ``synchronous=FULL`` and a 30 s busy timeout, as
   histstore's defaults, on ONE connection shared by every task (SQLite has one writer
@@ -97,9 +98,17 @@ READ_SQL = (
     " WHERE conversation_id = $1 ORDER BY position DESC LIMIT $2"
 )
 UPSERT_SQL = (
-    "INSERT INTO histstore_conversations (id, owner, length, created_at, updated_at)"
-    " VALUES ($1, NULL, $2, $3, $3) ON CONFLICT (id) DO UPDATE"
-    " SET length = histstore_conversations.length + $2, updated_at = $3 RETURNING length"
+    "INSERT INTO histstore_conversations (id, owner, length, created_at, updated_at,"
+    " listed_changes) VALUES ($1, NULL, $2, $3, $3, 1) ON CONFLICT (id) DO UPDATE"
+    " SET length = histstore_conversations.length + $2, updated_at = $3,"
+    " listed_changes = histstore_conversations.listed_changes + 1 RETURNING length"
+)
+# SQLite: the messages a write added, listed for the full-text index (as histstore's
+# writes do since a2f6c8e4d0b3; no trigger lists them).
+LIST_SQL = (
+    "INSERT OR IGNORE INTO histstore_messages_fts_pending (message_rowid) SELECT rowid"
+    " FROM histstore_messages WHERE conversation_id = ?1 AND position >= ?2"
+    " AND search_text IS NOT NULL"
 )
 INSERT_MESSAGE_SQL = (
     "INSERT INTO histstore_messages"
@@ -124,8 +133,8 @@ APPEND_ONE_SQL = (
     " WITH ORDINALITY AS t(role, data, search, ord)"
 )
 INSERT_CONVERSATION_SQL = (
-    "INSERT INTO histstore_conversations (id, owner, length, created_at, updated_at)"
-    " VALUES ($1, NULL, $2, $3, $3)"
+    "INSERT INTO histstore_conversations (id, owner, length, created_at, updated_at,"
+    " listed_changes) VALUES ($1, NULL, $2, $3, $3, 1)"
 )
 
 
@@ -245,6 +254,7 @@ class RawSqlite:
                     for i, (m, t) in enumerate(zip(batch, texts, strict=True))
                 ]
                 await conn.executemany(self.message_sql, rows)
+                await conn.execute(LIST_SQL, (cid, first))
                 await conn.execute(
                     self.write_sql, (cid, uuid.uuid4().hex, first, n, batch_digest(texts), now)
                 )

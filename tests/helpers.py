@@ -167,3 +167,30 @@ async def alembic(engine: AsyncEngine, action: str, *args: str) -> None:
 
     async with engine.begin() as conn:
         await conn.run_sync(run)
+
+
+@asynccontextmanager
+async def writing_as_before_listing(engine: AsyncEngine) -> AsyncIterator[None]:
+    """Today's store writes, meanwhile, as the histstore of a revision before
+    a2f6c8e4d0b3 did, into a database at that revision: the column its statements set
+    (``listed_changes``) stands in while it runs, and its writes list no messages for
+    the full-text index (that revision's INSERT trigger lists or indexes them)."""
+    from sqlalchemy import text
+
+    from histstore._storage.statements.search import ListedInserts
+
+    def unlisted(self: ListedInserts, steps: Any) -> Any:
+        yield from steps
+
+    async def column(change: str) -> None:
+        async with engine.begin() as conn:
+            await conn.execute(text(f"ALTER TABLE histstore_conversations {change}"))
+
+    await column("ADD COLUMN listed_changes BIGINT NOT NULL DEFAULT 0")
+    listed = ListedInserts.__call__
+    ListedInserts.__call__ = unlisted  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ListedInserts.__call__ = listed  # type: ignore[method-assign]
+        await column("DROP COLUMN listed_changes")

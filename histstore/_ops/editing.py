@@ -258,9 +258,8 @@ def _equal(a: Entry, b: Entry) -> bool:
 def persist(
     ctx: Context, conversation: str, work: CommitWrites, changes: Sequence[Change], now: datetime
 ) -> Program[int]:
-    """The program that stores ``changes`` (stamped ``now`` at consecutive revisions,
-    the first at the stored revision + 1) and ``work``, what they do; returns the new
-    revision.
+    """The program that stores ``changes`` (stamped ``now`` at consecutive revisions, the
+    first at the stored revision + 1) and ``work``, what they do; returns the revision.
 
     Raises:
         ConflictError: the stored revision is not the one the changes continue.
@@ -288,7 +287,21 @@ def persist(
             yield EXECUTE, edit.delete_range, {"c": c, "start": work.start, "stop": work.tail}
         for stmt in edit.move_tail:
             yield EXECUTE, stmt, {"c": c, "start": work.tail, "shift": work.shift}
-    entries = work.entries
+    yield from sql.listed(_inserted(ctx, c, work, now))
+    for aside_id in work.gone_asides:
+        yield EXECUTE, edit.delete_aside, {"c": c, "aside_id": aside_id}
+    if work.asides:
+        yield EXECUTE_MANY, edit.put_aside, work.asides
+    if work.turns:
+        yield EXECUTE_MANY, edit.put_turn, work.turns
+    records = [_rows.change_row(c, first + i, change, now) for i, change in enumerate(changes)]
+    yield EXECUTE_MANY, edit.insert_change, records
+    return revision
+
+
+def _inserted(ctx: Context, c: str, work: CommitWrites, now: datetime) -> Steps[None]:
+    """The INSERTs of ``work``'s entries (at ``work.start`` on)."""
+    sql, entries = ctx.sql, work.entries
     for lo in range(0, len(entries), ROWS_AT_ONCE):
         rows = [
             _entry_row(ctx, c, work.start + i, entries[i], now)
@@ -300,15 +313,6 @@ def persist(
             yield EXECUTE, sql.insert_message_arrays, {"c": c, "first": work.start + lo, **arrays}
         else:
             yield EXECUTE_MANY, sql.insert_messages, rows
-    for aside_id in work.gone_asides:
-        yield EXECUTE, edit.delete_aside, {"c": c, "aside_id": aside_id}
-    if work.asides:
-        yield EXECUTE_MANY, edit.put_aside, work.asides
-    if work.turns:
-        yield EXECUTE_MANY, edit.put_turn, work.turns
-    records = [_rows.change_row(c, first + i, change, now) for i, change in enumerate(changes)]
-    yield EXECUTE_MANY, edit.insert_change, records
-    return revision
 
 
 class Editing:

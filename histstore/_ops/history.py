@@ -316,10 +316,16 @@ class History:
         first_entry: int,
     ) -> Generator[Step, Any, None]:
         rows = _rows.batch_rows(batch, conversation, first, now, skip, first_entry=first_entry)
-        if len(rows) == 1:
-            yield EXECUTE, self._ctx.sql.insert_messages, rows[0]
-        elif rows:
-            yield EXECUTE_MANY, self._ctx.sql.insert_messages, rows
+        sql = self._ctx.sql
+
+        def insert() -> Generator[Step, Any, None]:
+            if len(rows) == 1:
+                yield EXECUTE, sql.insert_messages, rows[0]
+            else:
+                yield EXECUTE_MANY, sql.insert_messages, rows
+
+        if rows:
+            yield from sql.listed(insert())
 
     def _known(
         self, conversation: str, batch: _rules.Batch, record: Sequence[Any], length: int

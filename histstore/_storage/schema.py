@@ -34,6 +34,7 @@ from .statements.kinds import is_sqlite
 __all__ = [
     "CONVERSATION_TABLES",
     "FTS_TABLE",
+    "LISTED_CHANGE",
     "PG_SEARCH_TABLES",
     "VERSION_TABLE",
     "asides",
@@ -146,6 +147,12 @@ conversations = Table(
     Column("next_entry", BigInteger, nullable=False, server_default=text("1")),
     Column("next_aside", BigInteger, nullable=False, server_default=text("1")),
     Column("halted", Text, nullable=True),
+    # How many of its changes a histstore that lists the messages it inserts for the
+    # full-text index made (revision a2f6c8e4d0b3): every statement that sets ``length``
+    # or ``revision`` adds one (``LISTED_CHANGE``). On SQLite a change that leaves it as
+    # it was is an older writer's, which relied on a trigger to list its messages: the
+    # database refuses it.
+    Column("listed_changes", BigInteger, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("id"),
     Index(None, "created_at", "id"),
     Index(None, "updated_at", "id"),
@@ -153,6 +160,10 @@ conversations = Table(
     Index(None, "owner", "created_at", "id"),
     Index(None, "owner", "updated_at", "id"),
 )
+
+LISTED_CHANGE: dict[str, Any] = {"listed_changes": conversations.c.listed_changes + 1}
+"""The SET clause every UPDATE of a conversation's ``length`` or ``revision`` carries (an
+INSERT gives ``listed_changes=1``): see the column."""
 
 messages = Table(
     "histstore_messages",

@@ -2,8 +2,10 @@
 
 SQLite (``PendingIndex``):
 
-A write does not index its messages itself: the insert trigger lists each message's
-rowid in ``PENDING_TABLE`` in the write's own transaction (revision b1e6f0c4a7d3). The
+A write does not index its messages itself: it lists the rowids of the messages it
+inserted in ``PENDING_TABLE``, in its own transaction (``statements.search.ListedInserts``,
+revision a2f6c8e4d0b3; from b1e6f0c4a7d3 an INSERT trigger did, whose presence made SQLite
+stage every multi-row INSERT of messages in a temporary table). The
 index is FTS5 plus that list: FTS5 holds exactly the messages whose ``search_text`` is
 not NULL and that are not listed. Indexing the list (``PendingIndex.index``) inserts the
 listed rows into FTS5 in one statement and takes them off the list, in one write

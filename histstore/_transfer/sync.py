@@ -219,7 +219,8 @@ class Target:
             if sql.insert_message_arrays is not None:
                 yield EXECUTE, sql.insert_message_arrays, rows.arrays(cid, skip, base)
             else:
-                yield EXECUTE_MANY, sql.insert_messages, rows.dicts(cid, skip, base)
+                step = (EXECUTE_MANY, sql.insert_messages, rows.dicts(cid, skip, base))
+                yield from sql.listed(iter([step]))
 
         yield from self._put(
             self._messages,

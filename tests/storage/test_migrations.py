@@ -528,3 +528,93 @@ async def test_appends_list_their_own_runs_upgrade_and_downgrade(
     await alembic(engine, "upgrade", "head")
     async with histstore.connect(empty_url) as store:
         assert sorted(h.position for h in await store.search("puffin")) == [0, 1, 2]
+
+
+async def test_writes_list_their_own_messages_upgrade_and_downgrade(
+    engine: AsyncEngine, empty_url: str
+) -> None:
+    """Revision a2f6c8e4d0b3: on SQLite the INSERT triggers of the messages table go
+    (writes list their own messages) and the guard against older writers moves to the
+    conversation row, whose new column counts the changes of histstores that list;
+    what was stored before stays found; a downgrade brings the triggers back, and an
+    insert of the older kind is listed again."""
+    sqlite = engine.dialect.name == "sqlite"
+    now = datetime.now(timezone.utc)
+
+    async def older_append(cid: str, word: str, position: int) -> None:
+        """An append of the histstore of b8e1d4f6a2c7, by hand."""
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_conversations (id, length, created_at, updated_at,"
+                    " revision, next_entry) VALUES (:c, 1, :t, :t, 1, 2)"
+                    " ON CONFLICT (id) DO UPDATE SET length = histstore_conversations.length + 1,"
+                    " revision = histstore_conversations.revision + 1,"
+                    " next_entry = histstore_conversations.next_entry + 1"
+                ),
+                {"c": cid, "t": now},
+            )
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_writes (conversation_id, key, position, count, digest,"
+                    " created_at, revision, appended) VALUES (:c, :k, :p, 1, :d, :t, :r, 1)"
+                ),
+                {
+                    "c": cid,
+                    "k": f"k{position}",
+                    "p": position,
+                    "d": "0" * 64,
+                    "t": now,
+                    "r": position + 1,
+                },
+            )
+            data = json.dumps({"role": "user", "content": word})
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_messages (conversation_id, position, role, data,"
+                    " created_at, search_text, entry_id) VALUES (:c, :p, 'user', :d, :t, :w, :e)"
+                ),
+                {"c": cid, "p": position, "d": data, "t": now, "w": word, "e": position + 1},
+            )
+
+    async def message_triggers() -> set[str]:
+        async with engine.connect() as conn:
+            found = await conn.execute(
+                text(
+                    "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+                    " AND tbl_name = 'histstore_messages' AND sql LIKE '% INSERT ON %'"
+                )
+            )
+            return set(found.scalars())
+
+    await alembic(engine, "upgrade", "b8e1d4f6a2c7")
+    await older_append("old", "auk", 0)
+    await alembic(engine, "upgrade", "head")
+    await alembic(engine, "check")
+    if sqlite:
+        assert await message_triggers() == set()
+    async with histstore.connect(empty_url) as store:
+        assert [h.conversation for h in await store.search("auk")] == ["old"]
+        await store.write("old", [{"role": "user", "content": "auk again"}])
+        await store.write("new", [{"role": "user", "content": "auk too"}])
+        assert sorted(h.conversation for h in await store.search("auk")) == ["new", "old", "old"]
+    if sqlite:
+        with pytest.raises(Exception, match="schema is newer"):
+            await older_append("old", "skua", 2)
+    await alembic(engine, "downgrade", "b8e1d4f6a2c7")
+    await alembic(engine, "downgrade", "b8e1d4f6a2c7")  # nothing left to undo
+    if sqlite:
+        assert await message_triggers() == {
+            "histstore_messages_fts_insert",
+            "histstore_guard_entry_id",
+        }
+    async with engine.connect() as conn:
+        columns = await conn.run_sync(
+            lambda c: {x["name"] for x in c.dialect.get_columns(c, "histstore_conversations")}
+        )
+    assert "listed_changes" not in columns
+    await older_append("old", "skua", 2)  # the older kind of insert: listed by the trigger
+    await alembic(engine, "upgrade", "head")
+    async with histstore.connect(empty_url) as store:
+        assert [h.position for h in await store.search("skua")] == [2]
+        assert sorted(h.conversation for h in await store.search("auk")) == ["new", "old", "old"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from alembic import command
-from helpers import PYTHON, empty_pg_database, subprocess_env
+from helpers import PYTHON, empty_pg_database, subprocess_env, writing_as_before_listing
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
@@ -110,12 +110,15 @@ async def _upgrade_to(url: str, revision: str) -> None:
 
         async with engine.begin() as conn:
             await conn.run_sync(run)
+        async with (
+            writing_as_before_listing(engine),
+            histstore.connect(url, migrate=False) as store,
+        ):
+            # A keyed write takes the general path, which that schema can run (Postgres's
+            # common append lists its search runs in a table it lacks).
+            await store.write("c", _msgs("hello"), idempotency_key="older")
     finally:
         await engine.dispose()
-    async with histstore.connect(url, migrate=False) as store:
-        # A keyed write takes the general path, which that schema can run (Postgres's
-        # common append lists its search runs in a table it lacks).
-        await store.write("c", _msgs("hello"), idempotency_key="older")
 
 
 def _engine(url: str) -> AsyncEngine:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import PYTHON, alembic, subprocess_env
+from helpers import PYTHON, alembic, subprocess_env, writing_as_before_listing
 from sqlalchemy import Table, column, delete, insert, select, table, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
@@ -175,6 +175,85 @@ async def test_an_older_process_cannot_write_into_the_newer_schema(
         assert await store.count("forked") == 4
 
 
+async def _trigger_listed_append(conn: AsyncConnection, cid: str, texts: Sequence[str]) -> None:
+    """An append of the histstore before a2f6c8e4d0b3, whose messages an INSERT trigger
+    listed for the full-text index: a change record (revision, entry ids), no listing."""
+    now = datetime.now(timezone.utc)
+    c, n = _schema.conversations, len(texts)
+    conv = _old(c, ("id", "owner", "length", "created_at", "updated_at", "revision", "next_entry"))
+    ins = _upsert(conn.dialect.name)(conv).values(
+        id=cid, owner=None, length=n, created_at=now, updated_at=now, revision=1, next_entry=n + 1
+    )
+    grown = ins.on_conflict_do_update(
+        index_elements=["id"],
+        set_={
+            "length": conv.c.length + n,
+            "revision": conv.c.revision + 1,
+            "next_entry": conv.c.next_entry + n,
+            "updated_at": now,
+        },
+    ).returning(conv.c.length, conv.c.next_entry, conv.c.revision)
+    length, next_entry, revision = (await conn.execute(grown)).one()
+    await conn.execute(
+        insert(_schema.writes).values(
+            conversation_id=cid,
+            key=f"trigger-listed-{revision}",
+            position=length - n,
+            count=n,
+            digest="0" * 64,
+            created_at=now,
+            revision=revision,
+            appended=n,
+        )
+    )
+    names = (*SEARCH_COLUMNS, "entry_id")
+    rows = [
+        dict(
+            zip(
+                names,
+                (cid, length - n + i, "user", json.dumps({"role": "user", "content": t}), None,
+                 now, t, next_entry - n + i),
+                strict=True,
+            )
+        )
+        for i, t in enumerate(texts)
+    ]  # fmt: skip
+    await conn.execute(insert(_old(_schema.messages, names)), rows)
+
+
+async def test_a_histstore_whose_inserts_a_trigger_listed_cannot_write(
+    shared_backend: Any,
+) -> None:
+    """Revision a2f6c8e4d0b3 (SQLite): writes list their own messages for search, and
+    the INSERT trigger that listed them is gone, so the histstore of the revision before
+    is refused, storing nothing. On PostgreSQL its statement trigger still lists such an
+    insert: it is stored, and search finds it."""
+    async with shared_backend.connect() as store:
+        await store.write("kept", [{"role": "user", "content": f"m{i}"} for i in range(2)])
+        engine = store.engine
+        sqlite = engine.dialect.name == "sqlite"
+        for cid in ("kept", "fresh"):
+            work = lambda conn, c=cid: _trigger_listed_append(conn, c, ["gannet"])  # noqa: E731
+            if sqlite:
+                await _refused(engine, work)
+            else:
+                async with engine.begin() as conn:
+                    await work(conn)
+        found = sorted(h.conversation for h in await store.search("gannet"))
+        assert found == ([] if sqlite else ["fresh", "kept"])
+        assert await store.count("kept") == (2 if sqlite else 3)
+        # histstore itself lists what it writes, on every path.
+        await store.write("kept", [{"role": "user", "content": "gannet again"}])
+        value = await store.edit("kept")
+        value.splice(0, 1, [{"role": "user", "content": "petrel"}], by="test")
+        await store.commit(value)
+        await store.fork("kept", "forked")
+        hits = sorted((h.conversation, h.message.content) for h in await store.search("petrel"))
+        assert hits == [("forked", "petrel"), ("kept", "petrel")]
+        await store.revert("kept", 1, by="test")
+        assert [h.message.content for h in await store.search("m0", conversation="kept")] == ["m0"]
+
+
 # ---------------------------------------------------------------------------- repair
 
 
@@ -202,16 +281,9 @@ async def test_upgrade_repairs_what_an_older_process_stored(
     numbers those messages, gives their conversations a log that builds them, drops
     the orphans; every path works on them; downgrading removes the guard."""
     await alembic(engine, "upgrade", BEFORE_GUARD)
-    async with histstore.connect(empty_url, migrate=False) as store:
-        # Keyed writes take the general path, which that schema can run (Postgres's
-        # common append lists its search runs in a table it lacks).
-        await store.write(
-            "c", [{"role": "user", "content": f"n{i}"} for i in range(3)], idempotency_key="k1"
-        )
-        await store.pop("c")
-        await store.write("clean", [{"role": "user", "content": "fine"}], idempotency_key="k2")
-        await store.write("gone", [{"role": "user", "content": "g"}], idempotency_key="k3")
-        await store.pop("gone")
+    # Today's writes, as that revision's histstore made them.
+    async with writing_as_before_listing(engine):
+        await _before_guard_writes(empty_url)
     pg = engine.dialect.name == "postgresql"
     zero = 0 if pg else None  # Postgres refused an older INSERT outright (NOT NULL)
     async with engine.begin() as conn:
@@ -263,6 +335,19 @@ async def test_upgrade_repairs_what_an_older_process_stored(
     async with histstore.connect(empty_url) as store:
         await _numbered(store, "o", ["p1", "p2", "p3"])
         assert await store.changes("c") == log
+
+
+async def _before_guard_writes(url: str) -> None:
+    async with histstore.connect(url, migrate=False) as store:
+        # Keyed writes take the general path, which that schema can run (Postgres's
+        # common append lists its search runs in a table it lacks).
+        await store.write(
+            "c", [{"role": "user", "content": f"n{i}"} for i in range(3)], idempotency_key="k1"
+        )
+        await store.pop("c")
+        await store.write("clean", [{"role": "user", "content": "fine"}], idempotency_key="k2")
+        await store.write("gone", [{"role": "user", "content": "g"}], idempotency_key="k3")
+        await store.pop("gone")
 
 
 async def _numbered(store: histstore.Store, cid: str, texts: list[str]) -> None:

@@ -84,6 +84,7 @@ def _grown(created: Any, scoped: bool, *returning: Any) -> Any:
             set_={
                 "length": conv.c.length + excluded.length,
                 "revision": conv.c.revision + 1,
+                **s.LISTED_CHANGE,
                 "next_entry": conv.c.next_entry + excluded.length,
                 "halted": None,
                 "updated_at": excluded.updated_at,
@@ -116,7 +117,14 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
     n = bindparam("n", type_=BigInteger)
     now = bindparam("now", type_=conv.c.updated_at.type)
     created = postgresql.insert(conv).values(
-        id=c, owner=owner, length=n, revision=1, next_entry=n + 1, created_at=now, updated_at=now
+        id=c,
+        owner=owner,
+        length=n,
+        revision=1,
+        next_entry=n + 1,
+        listed_changes=1,
+        created_at=now,
+        updated_at=now,
     )
     grown = _grown(created, scoped, conv.c.length, conv.c.revision, conv.c.next_entry)
     # The batch's idempotency row is its change record (at the new revision).
@@ -181,8 +189,19 @@ def append_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None
     ).cte("batches")
     n = cast(b.c.n, BigInteger)
     created = postgresql.insert(conv).from_select(
-        ["id", "owner", "length", "revision", "next_entry", "created_at", "updated_at"],
-        select(b.c.c, b.c.owner, n, literal(1, BigInteger), n + 1, now, now),
+        [
+            "id",
+            "owner",
+            "length",
+            "revision",
+            "next_entry",
+            "listed_changes",
+            "created_at",
+            "updated_at",
+        ],
+        select(
+            b.c.c, b.c.owner, n, literal(1, BigInteger), n + 1, literal(1, BigInteger), now, now
+        ),
     )
     grown = _grown(created, scoped, conv.c.id, conv.c.length, conv.c.revision, conv.c.next_entry)
     record = select(

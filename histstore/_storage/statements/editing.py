@@ -137,15 +137,18 @@ class EditStatements:
         # Optimistic: changes the row only while it is at the revision the value
         # continues; returns the new revision, or nothing (moved on, or not visible).
         self.claim = compile_(
-            update(_conv).where(owned, expected).values(**state).returning(_conv.c.revision)
+            update(_conv)
+            .where(owned, expected)
+            .values(**state, **s.LISTED_CHANGE)
+            .returning(_conv.c.revision)
         )
         # The same for a value of revision 0, which may create the conversation.
         ins = _dialects.insert(dialect, _conv)
         self.claim_new = compile_(
-            ins.values(id=conv_id, owner=owner, created_at=now, **state)
+            ins.values(id=conv_id, owner=owner, created_at=now, listed_changes=1, **state)
             .on_conflict_do_update(
                 index_elements=[_conv.c.id],
-                set_=state,
+                set_={**state, **s.LISTED_CHANGE},
                 where=and_(expected, _conv.c.owner == owner) if scoped else expected,
             )
             .returning(_conv.c.revision)
@@ -232,6 +235,7 @@ class EditStatements:
                 length=_conv.c.length - 1,
                 revision=_conv.c.revision + 1,
                 halted=None,
+                **s.LISTED_CHANGE,
                 updated_at=now,
             )
         )

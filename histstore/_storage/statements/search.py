@@ -10,6 +10,7 @@ are still to be made (revision e9a4c2f8b5d1). Both tables are the migration's, i
 
 from __future__ import annotations
 
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from sqlalchemy import (
@@ -30,6 +31,7 @@ from sqlalchemy import (
     literal_column,
     select,
     table,
+    text,
     true,
     union,
 )
@@ -37,8 +39,9 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
 from .. import schema as s
+from ..drivers import EXECUTE, FETCH, Step
 
-__all__ = ["search", "search_pending", "search_terms", "search_vectors"]
+__all__ = ["ListedInserts", "search", "search_pending", "search_terms", "search_vectors"]
 
 _tables = MetaData()
 search_vectors = Table(
@@ -181,3 +184,39 @@ def search_terms(dialect: Dialect, terms: list[str]) -> Any:
     if dialect.name == "postgresql":
         return terms
     return " ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+class ListedInserts:
+    """SQLite: a program's inserts of messages, then the listing of the rows they added
+    for the full-text index (``_storage.search_index``), in the same transaction.
+
+    ``listed(steps)`` reads the messages table's highest rowid, runs ``steps`` (INSERTs
+    into ``histstore_messages``, and any others) and lists every row above that rowid
+    that has search text: SQLite gives a new row the highest rowid plus one (until
+    rowid 2**63 - 1 was used), and the write lock is held throughout. Until revision
+    a2f6c8e4d0b3 an INSERT trigger listed each row, which made SQLite stage every
+    multi-row INSERT of messages in a temporary table first. Elsewhere (Postgres) the
+    steps alone: its statements and its trigger list what they insert.
+    """
+
+    def __init__(self, compile_: Callable[[Any], Any], dialect: Dialect) -> None:
+        self._last: Any = None
+        self._list: Any = None
+        if dialect.name == "sqlite":
+            self._last = compile_(select(func.max(literal_column("rowid"))).select_from(s.messages))
+            self._list = compile_(
+                text(
+                    "INSERT OR IGNORE INTO histstore_messages_fts_pending (message_rowid)"
+                    " SELECT rowid FROM histstore_messages"
+                    " WHERE rowid > :after AND search_text IS NOT NULL"
+                )
+            )
+
+    def __call__(self, steps: Iterator[Step]) -> Generator[Step, Any, None]:
+        if self._last is None:
+            yield from steps
+            return
+        rows = yield FETCH, self._last, {}
+        after = rows[0][0]
+        yield from steps
+        yield EXECUTE, self._list, {"after": 0 if after is None else int(after)}

@@ -85,17 +85,17 @@ class Statements:
         # batch takes the next entry ids, and the halt is cleared (SPEC 11).
         appended = {
             "revision": _conv.c.revision + 1,
+            **s.LISTED_CHANGE,
             "next_entry": _conv.c.next_entry + n,
             "halted": None,
             "updated_at": now,
         }
         grown = (_conv.c.length, _conv.c.revision, _conv.c.next_entry)
-        # Creates the conversation or adds n to its length, locking its row, and
-        # returns the new length, revision and next entry id: the batch goes at
-        # positions length-n .. length-1 with entry ids next_entry-n .. next_entry-1.
-        # Nothing comes back when a view may not see the conversation.
+        # Creates the conversation or adds n to its length, locking its row; returns the
+        # new length, revision and next entry id (the batch goes at positions length-n ..
+        # length-1, entry ids next_entry-n ..), or nothing when a view may not see it.
         self.append = compile_(
-            ins.values(revision=1, next_entry=n + 1)
+            ins.values(revision=1, next_entry=n + 1, listed_changes=1)
             .on_conflict_do_update(
                 index_elements=[_conv.c.id],
                 set_={"length": _conv.c.length + n, **appended},
@@ -150,6 +150,7 @@ class Statements:
                 length=n,
                 revision=bindparam("revision", 0, type_=BigInteger),
                 next_entry=bindparam("next_entry", 1, type_=BigInteger),
+                listed_changes=1,
                 created_at=bindparam("created_at", type_=_conv.c.created_at.type),
                 updated_at=bindparam("updated_at", type_=_conv.c.updated_at.type),
             )
@@ -166,6 +167,7 @@ class Statements:
                 revision=bindparam("revision", type_=BigInteger),
                 next_entry=bindparam("next_entry", type_=BigInteger),
                 halted=None,
+                **s.LISTED_CHANGE,
                 created_at=func.coalesce(
                     bindparam("created_at", type_=_conv.c.created_at.type), _conv.c.created_at
                 ),
@@ -175,6 +177,7 @@ class Statements:
 
         # ---------------------------------------------------------------- messages
         self.insert_messages = compile_(_msg.insert())
+        self.listed = _search.ListedInserts(compile_, dialect)  # wraps every insert of messages
         self.insert_write = compile_(_writes.insert())
         # For a caller's key: returns nothing when the key is already recorded.
         self.insert_write_once = compile_(
@@ -393,8 +396,7 @@ class Statements:
         self.delete_items_from = compile_(
             delete(li).where(li.c.conversation_id == conv_id, li.c.name == name, li.c.idx >= start)
         )
-        # A batch of one conversation's messages in one statement, where the database
-        # takes arrays (Postgres); elsewhere ``insert_messages`` runs once per row.
+        # A batch of one conversation's messages in one statement (Postgres's arrays).
         arrays = _dialects.messages_from_arrays(dialect)
         self.insert_message_arrays = None if arrays is None else compile_(arrays)
 
