@@ -27,6 +27,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
+from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy.engine import Dialect
@@ -52,7 +53,8 @@ __all__ = [
 
 T = TypeVar("T")
 
-Processor = Callable[[Any], Any] | None
+Convert = Callable[[Any], Any]
+Processor = Convert | None
 Memo = dict[tuple[Any, ...], Any]
 """Converted bind values by processor and value, shared within one transaction: by the
 value's identity, or for a ``datetime`` by its value (see ``CompiledStatement.args``)."""
@@ -133,6 +135,39 @@ class CompiledStatement:
     def _binds(self) -> list[tuple[str, Processor, Any]]:
         return self._compiled[1]
 
+    @cached_property
+    def _read_row(self) -> tuple[Callable[[Mapping[str, Any]], Any], list[tuple[int, Convert]]]:
+        """What ``args_many`` reads a row with: one ``itemgetter`` of every bind name,
+        and the positions whose values a processor converts."""
+        names = [name for name, _, _ in self._binds]
+        converted = [(i, proc) for i, (_, proc, _) in enumerate(self._binds) if proc is not None]
+        return itemgetter(*names), converted
+
+    def args_many(self, rows: Sequence[Mapping[str, Any]], memo: Memo | None = None) -> list[Any]:
+        """``args`` of each of ``rows`` (the rows of an ``EXECUTE_MANY``), with one memo.
+
+        A row holding every bind name (as the rows built in ``_storage.rows`` do) is read
+        with one ``itemgetter`` call and only its converted positions looked at; any
+        other row goes through ``args``. Both give the same arguments."""
+        if memo is None:
+            memo = {}
+        if len(self._binds) < 2:
+            return [self.args(row, memo) for row in rows]
+        read, converted = self._read_row
+        out: list[Any] = []
+        for row in rows:
+            try:
+                values = list(read(row))
+            except KeyError:
+                out.append(self.args(row, memo))
+                continue
+            for i, proc in converted:
+                value = values[i]
+                if value is not None:
+                    values[i] = _converted(proc, value, memo)
+            out.append(values)
+        return out
+
     def args(self, params: Mapping[str, Any], memo: Memo | None = None) -> list[Any]:
         """The positional arguments for ``params`` (a mapping of bind names to values).
 
@@ -151,15 +186,19 @@ class CompiledStatement:
             value = params.get(name, default)
             if proc is None or value is None:
                 out.append(value)
-                continue
-            if type(value) is not datetime:
-                out.append(proc(value))
-                continue
-            key = (id(proc), value, value.tzinfo, value.fold)
-            if key not in memo:
-                memo[key] = proc(value)
-            out.append(memo[key])
+            else:
+                out.append(_converted(proc, value, memo))
         return out
+
+
+def _converted(proc: Convert, value: Any, memo: Memo) -> Any:
+    """``proc(value)``; a time's conversion shared through ``memo`` (see ``args``)."""
+    if type(value) is not datetime:
+        return proc(value)
+    key = (id(proc), value, value.tzinfo, value.fold)
+    if key not in memo:
+        memo[key] = proc(value)
+    return memo[key]
 
 
 def _processor(type_: TypeEngine[Any], dialect: Dialect, *, bind: bool) -> Processor:

@@ -78,7 +78,7 @@ class PostgresDriver(Driver):
     ) -> None:
         statement = await self._statement(conn, stmt.sql)
         if many:
-            rows = [stmt.args(p, memo) for p in params]
+            rows = stmt.args_many(params, memo)
             if statement is not None:
                 await statement.executemany(rows)
             else:

@@ -63,7 +63,7 @@ class SqliteDriver(Driver):
         self, conn: Any, stmt: CompiledStatement, params: Any, many: bool, memo: Memo
     ) -> None:
         if many:
-            await conn.executemany(stmt.sql, [stmt.args(p, memo) for p in params])
+            await conn.executemany(stmt.sql, stmt.args_many(params, memo))
         else:
             await conn.execute(stmt.sql, stmt.args(params, memo))
 
@@ -234,7 +234,7 @@ def _run_steps(conn: sqlite3.Connection, program: Program[T]) -> T | Rollback[T]
         elif kind == EXECUTE:
             conn.execute(stmt.sql, stmt.args(params, memo))
         else:
-            execute_many(conn, stmt.sql, [stmt.args(p, memo) for p in params])
+            execute_many(conn, stmt.sql, stmt.args_many(params, memo))
     return running.value  # type: ignore[return-value]
 
 

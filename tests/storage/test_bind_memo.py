@@ -7,7 +7,9 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-from sqlalchemy import bindparam, select
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlalchemy import BigInteger, String, bindparam, select
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql import asyncpg
 
@@ -32,3 +34,30 @@ def test_times_that_only_look_alike_convert_apart(dialect: object) -> None:
     # An equal time made apart shares the first one's conversion.
     again = datetime(2026, 11, 1, 1, 30, tzinfo=NEW_YORK)
     assert stmt.args({"t": again}, memo)[0] is converted[0]
+
+
+@pytest.mark.parametrize("dialect", [sqlite.dialect(), asyncpg.dialect()], ids=["sqlite", "pg"])
+@given(
+    rows=st.lists(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "c": st.text(max_size=5),
+                "n": st.none() | st.integers(),
+                "t": st.none()
+                | st.datetimes(min_value=datetime(1970, 1, 2), timezones=st.just(timezone.utc)),  # noqa: DTZ001,
+            },
+        ),
+        max_size=8,
+    )
+)
+def test_args_many_gives_each_row_its_args(dialect: object, rows: list[dict[str, object]]) -> None:
+    """``args_many`` (a row read with one ``itemgetter`` when it holds every bind name)
+    gives what ``args`` gives each row, a missing name included."""
+    n = bindparam("n", type_=BigInteger)
+    t = bindparam("t", type_=UTCDateTime())
+    c = bindparam("c", type_=String)
+    # The second also binds a value of its own (the 1), which no row holds.
+    for made in (select(c, n, t, t), select(c, n, t, n + 1)):
+        stmt = CompiledStatement(made, dialect)  # type: ignore[arg-type]
+        assert stmt.args_many(rows, {}) == [stmt.args(row) for row in rows]
