@@ -1,11 +1,19 @@
 """What the migration revisions (``migrations/versions``) share: where histstore's
-tables are placed. For code that runs inside a revision only (``alembic.op``)."""
+tables are placed, and the older-writer guards' message. For code that runs inside a
+revision only (``alembic.op``)."""
 
 from __future__ import annotations
 
 from alembic import op
 
-__all__ = ["placed_schema", "schema_prefix"]
+__all__ = ["OLDER_WRITER_MESSAGE", "placed_schema", "schema_prefix"]
+
+OLDER_WRITER_MESSAGE = (
+    "histstore: the database schema is newer than this version of histstore;"
+    " upgrade the histstore package"
+)
+"""What the guards against older histstore processes raise (revisions d5f7a3c1e9b2,
+a2f6c8e4d0b3)."""
 
 
 def placed_schema() -> str | None:

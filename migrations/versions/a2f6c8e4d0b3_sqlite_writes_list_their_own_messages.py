@@ -41,17 +41,14 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from histstore._storage.revisions import placed_schema
+from histstore._storage.revisions import OLDER_WRITER_MESSAGE, placed_schema
 
 revision: str = "a2f6c8e4d0b3"
 down_revision: str | None = "b8e1d4f6a2c7"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-MESSAGE = (
-    "histstore: the database schema is newer than this version of histstore;"
-    " upgrade the histstore package"
-)
+MESSAGE = OLDER_WRITER_MESSAGE
 COLUMN = "listed_changes"
 GUARDS = {
     "histstore_guard_listing": (

@@ -43,17 +43,14 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from histstore._storage.revisions import placed_schema, schema_prefix
+from histstore._storage.revisions import OLDER_WRITER_MESSAGE, placed_schema, schema_prefix
 
 revision: str = "d5f7a3c1e9b2"
 down_revision: str | None = "c4e8a1f2d9b7"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-MESSAGE = (
-    "histstore: the database schema is newer than this version of histstore;"
-    " upgrade the histstore package"
-)
+MESSAGE = OLDER_WRITER_MESSAGE
 NEW_TABLES = ("histstore_changes", "histstore_asides", "histstore_turns")
 ZERO_INDEX = "ix_histstore_messages_unnumbered"  # only while repairing
 

@@ -30,6 +30,12 @@ async def tables(engine: AsyncEngine) -> set[str]:
     return {n for n in names if n.startswith("histstore_") and _schema.described(n, "table")}
 
 
+async def first_column(engine: AsyncEngine, sql: str) -> list[Any]:
+    """The first column of what ``sql`` finds."""
+    async with engine.connect() as conn:
+        return list((await conn.execute(text(sql))).scalars())
+
+
 async def test_upgrade_check_downgrade_upgrade(engine: AsyncEngine, empty_url: str) -> None:
     assert await tables(engine) == set()
     await alembic(engine, "upgrade", "head")
@@ -448,14 +454,12 @@ async def test_semantic_vectors_trigger_upgrade_and_downgrade(
             return [r[0] for r in found]
 
     async def foreign_keys() -> int:
-        async with engine.connect() as conn:
-            found = await conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_constraint WHERE conname ="
-                    " 'fk_histstore_vectors_conversation_id_histstore_messages'"
-                )
-            )
-            return int(found.scalar_one())
+        (count,) = await first_column(
+            engine,
+            "SELECT count(*) FROM pg_constraint WHERE conname ="
+            " 'fk_histstore_vectors_conversation_id_histstore_messages'",
+        )
+        return int(count)
 
     await alembic(engine, "upgrade", "head")
     async with histstore.connect(empty_url) as store:
@@ -578,14 +582,13 @@ async def test_writes_list_their_own_messages_upgrade_and_downgrade(
             )
 
     async def message_triggers() -> set[str]:
-        async with engine.connect() as conn:
-            found = await conn.execute(
-                text(
-                    "SELECT name FROM sqlite_master WHERE type = 'trigger'"
-                    " AND tbl_name = 'histstore_messages' AND sql LIKE '% INSERT ON %'"
-                )
+        return set(
+            await first_column(
+                engine,
+                "SELECT name FROM sqlite_master WHERE type = 'trigger'"
+                " AND tbl_name = 'histstore_messages' AND sql LIKE '% INSERT ON %'",
             )
-            return set(found.scalars())
+        )
 
     await alembic(engine, "upgrade", "b8e1d4f6a2c7")
     await older_append("old", "auk", 0)
