@@ -84,7 +84,7 @@ async def _open(url: str, indexed: bool) -> histstore.Store:
                 await conn.execute(text(statement))
         # SQLite: its writes list their messages themselves (revision a2f6c8e4d0b3).
         sql = store._history._ctx.sql
-        sql.listed = lambda steps: steps
+        sql.listed = lambda steps, count=None: steps
     return store
 
 

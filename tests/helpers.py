@@ -179,7 +179,7 @@ async def writing_as_before_listing(engine: AsyncEngine) -> AsyncIterator[None]:
 
     from histstore._storage.statements.search import ListedInserts
 
-    def unlisted(self: ListedInserts, steps: Any) -> Any:
+    def unlisted(self: ListedInserts, steps: Any, count: int | None = None) -> Any:
         yield from steps
 
     async def column(change: str) -> None:

@@ -287,7 +287,7 @@ def persist(
             yield EXECUTE, edit.delete_range, {"c": c, "start": work.start, "stop": work.tail}
         for stmt in edit.move_tail:
             yield EXECUTE, stmt, {"c": c, "start": work.tail, "shift": work.shift}
-    yield from sql.listed(_inserted(ctx, c, work, now))
+    yield from sql.listed(_inserted(ctx, c, work, now), len(work.entries))
     for aside_id in work.gone_asides:
         yield EXECUTE, edit.delete_aside, {"c": c, "aside_id": aside_id}
     if work.asides:

@@ -325,7 +325,7 @@ class History:
                 yield EXECUTE_MANY, sql.insert_messages, rows
 
         if rows:
-            yield from sql.listed(insert())
+            yield from sql.listed(insert(), len(rows))
 
     def _known(
         self, conversation: str, batch: _rules.Batch, record: Sequence[Any], length: int

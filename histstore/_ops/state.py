@@ -115,7 +115,7 @@ def replace_conversation(ctx: Context, saved: Saved) -> Program[bool]:
         )
     rows = _rows.batch_rows(saved.batch, cid, 0, now, first_entry=first_entry)
     if rows:
-        yield from sql.listed(iter([(EXECUTE_MANY, sql.insert_messages, rows)]))
+        yield from sql.listed(iter([(EXECUTE_MANY, sql.insert_messages, rows)]), len(rows))
     if removed or rows:
         change = Change(
             "save",

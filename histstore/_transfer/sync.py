@@ -219,8 +219,9 @@ class Target:
             if sql.insert_message_arrays is not None:
                 yield EXECUTE, sql.insert_message_arrays, rows.arrays(cid, skip, base)
             else:
-                step = (EXECUTE_MANY, sql.insert_messages, rows.dicts(cid, skip, base))
-                yield from sql.listed(iter([step]))
+                inserted = rows.dicts(cid, skip, base)
+                step = (EXECUTE_MANY, sql.insert_messages, inserted)
+                yield from sql.listed(iter([step]), len(inserted))
 
         yield from self._put(
             self._messages,

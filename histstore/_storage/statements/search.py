@@ -190,10 +190,14 @@ class ListedInserts:
     """SQLite: a program's inserts of messages, then the listing of the rows they added
     for the full-text index (``_storage.search_index``), in the same transaction.
 
-    ``listed(steps)`` reads the messages table's highest rowid, runs ``steps`` (INSERTs
-    into ``histstore_messages``, and any others) and lists every row above that rowid
-    that has search text: SQLite gives a new row the highest rowid plus one (until
-    rowid 2**63 - 1 was used), and the write lock is held throughout. Until revision
+    ``listed(steps, count)`` runs ``steps`` (INSERTs into ``histstore_messages``) and
+    lists the rows they added that have search text. SQLite gives a new row the highest
+    rowid plus one (until rowid 2**63 - 1 was used), and the write lock is held
+    throughout, so the rows added are the ones above the highest rowid before them:
+    with ``count`` (the number of rows ``steps`` insert, all of them into the messages
+    table, nothing deleted among them) the last ``count`` rowids up to
+    ``last_insert_rowid()``, listed by one statement after the steps; without it
+    (``INSERT ... SELECT``), the highest rowid is read first. Until revision
     a2f6c8e4d0b3 an INSERT trigger listed each row, which made SQLite stage every
     multi-row INSERT of messages in a temporary table first. Elsewhere (Postgres) the
     steps alone: its statements and its trigger list what they insert.
@@ -202,19 +206,29 @@ class ListedInserts:
     def __init__(self, compile_: Callable[[Any], Any], dialect: Dialect) -> None:
         self._last: Any = None
         self._list: Any = None
+        self._list_last: Any = None
         if dialect.name == "sqlite":
             self._last = compile_(select(func.max(literal_column("rowid"))).select_from(s.messages))
-            self._list = compile_(
-                text(
-                    "INSERT OR IGNORE INTO histstore_messages_fts_pending (message_rowid)"
-                    " SELECT rowid FROM histstore_messages"
-                    " WHERE rowid > :after AND search_text IS NOT NULL"
-                )
+            listing = (
+                "INSERT OR IGNORE INTO histstore_messages_fts_pending (message_rowid)"
+                " SELECT rowid FROM histstore_messages WHERE rowid > {} AND search_text IS NOT NULL"
+            )
+            self._list = compile_(text(listing.format(":after")))
+            # A subquery: evaluated once, before the listing's own inserts move the value.
+            self._list_last = compile_(
+                text(listing.format("(SELECT last_insert_rowid() - :count)"))
             )
 
-    def __call__(self, steps: Iterator[Step]) -> Generator[Step, Any, None]:
+    def __call__(
+        self, steps: Iterator[Step], count: int | None = None
+    ) -> Generator[Step, Any, None]:
         if self._last is None:
             yield from steps
+            return
+        if count is not None:
+            yield from steps
+            if count:
+                yield EXECUTE, self._list_last, {"count": count}
             return
         rows = yield FETCH, self._last, {}
         after = rows[0][0]
