@@ -7,7 +7,7 @@ Run from a checkout::
 SQLite only (``--backend postgres`` measures nothing). No histstore code runs in the
 timed part: with the ``sqlite3`` module, each write is the transaction histstore's
 append runs (``BEGIN IMMEDIATE``, the conversation's upsert, the batch's row in the
-writes table, the messages, the statements listing them for the full-text index,
+writes table, the messages, the statement listing them for the full-text index,
 ``COMMIT``) on a file ``histstore.connect`` made, with the messages inserted ``rows`` at
 a time (1: ``executemany``; more: multi-row ``INSERT ... VALUES``). Each shape runs on
 that schema as made and on a copy given back the two INSERT triggers of the messages
@@ -69,10 +69,10 @@ _UPSERT = (
     " next_entry = next_entry + excluded.length, listed_changes = listed_changes + 1"
     " RETURNING length, revision, next_entry"
 )
-_LAST = "SELECT max(rowid) FROM histstore_messages"
 _LIST = (
     "INSERT OR IGNORE INTO histstore_messages_fts_pending (message_rowid)"
-    " SELECT rowid FROM histstore_messages WHERE rowid > ? AND search_text IS NOT NULL"
+    " SELECT rowid FROM histstore_messages"
+    " WHERE rowid > (SELECT last_insert_rowid() - ?) AND search_text IS NOT NULL"
 )
 # The INSERT triggers of the messages table before revision a2f6c8e4d0b3.
 _TRIGGERS = (
@@ -150,7 +150,6 @@ def _histstore_write(
         for i, m in enumerate(messages)
     ]  # fmt: skip
     one = "(" + ", ".join("?" * 9) + ")"
-    ((last,),) = conn.execute(_LAST).fetchall() if lists else ((None,),)
     if rows_each == 1:
         conn.executemany(f"INSERT INTO histstore_messages ({_COLUMNS}) VALUES {one}", rows)
     else:
@@ -162,7 +161,7 @@ def _histstore_write(
                 [v for row in chunk for v in row],
             )
     if lists:
-        conn.execute(_LIST, (last or 0,))
+        conn.execute(_LIST, (n,))
     conn.execute("COMMIT")
 
 
