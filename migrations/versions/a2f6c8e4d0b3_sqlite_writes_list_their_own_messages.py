@@ -8,9 +8,9 @@ for the full-text index, and ``histstore_guard_entry_id`` (d5f7a3c1e9b2), which 
 a row without an entry id (an older process's). Together they cost about 140 µs of a
 100-message append's 780 (``bench/sqlite_inserts.py``). Both go:
 
-* every statement of histstore that inserts messages is followed, in its transaction,
-  by one that lists the rows it added (``_storage.statements.store``,
-  ``list_inserted``);
+* every program of histstore that inserts messages lists the rows it added, in its
+  transaction, with a statement after its INSERTs
+  (``_storage.statements.search.ListedInserts``);
 * ``histstore_conversations.listed_changes`` counts the changes of a conversation made
   by a histstore that lists its messages itself: every statement of histstore that
   sets a conversation's ``length`` or ``revision`` adds one to it. Two triggers on the
