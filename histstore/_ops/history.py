@@ -317,15 +317,13 @@ class History:
     ) -> Generator[Step, Any, None]:
         rows = _rows.batch_rows(batch, conversation, first, now, skip, first_entry=first_entry)
         sql = self._ctx.sql
-
-        def insert() -> Generator[Step, Any, None]:
-            if len(rows) == 1:
-                yield EXECUTE, sql.insert_messages, rows[0]
-            else:
-                yield EXECUTE_MANY, sql.insert_messages, rows
-
+        step = (
+            (EXECUTE, sql.insert_messages, rows[0])
+            if len(rows) == 1
+            else (EXECUTE_MANY, sql.insert_messages, rows)
+        )
         if rows:
-            yield from sql.listed(insert(), len(rows))
+            yield from sql.listed([step], len(rows))
 
     def _known(
         self, conversation: str, batch: _rules.Batch, record: Sequence[Any], length: int

@@ -115,7 +115,7 @@ def replace_conversation(ctx: Context, saved: Saved) -> Program[bool]:
         )
     rows = _rows.batch_rows(saved.batch, cid, 0, now, first_entry=first_entry)
     if rows:
-        yield from sql.listed(iter([(EXECUTE_MANY, sql.insert_messages, rows)]), len(rows))
+        yield from sql.listed([(EXECUTE_MANY, sql.insert_messages, rows)], len(rows))
     if removed or rows:
         change = Change(
             "save",
@@ -251,7 +251,7 @@ class State:
                 "upto": length,
                 "upto_summary": _rules.MAX_BIGINT if upto is None else upto,
             }
-            yield from sql.listed(iter([(EXECUTE, stmt, copy) for stmt in sql.fork_copies]))
+            yield from sql.listed([(EXECUTE, stmt, copy) for stmt in sql.fork_copies])
             if length:  # the target's one change record: the entries it was given
                 record = _rows.change_row(target, 1, Change("fork", start=0), now, length)
                 yield EXECUTE, sql.edit.insert_change, record

@@ -220,8 +220,9 @@ class Target:
                 yield EXECUTE, sql.insert_message_arrays, rows.arrays(cid, skip, base)
             else:
                 inserted = rows.dicts(cid, skip, base)
-                step = (EXECUTE_MANY, sql.insert_messages, inserted)
-                yield from sql.listed(iter([step]), len(inserted))
+                yield from sql.listed(
+                    [(EXECUTE_MANY, sql.insert_messages, inserted)], len(inserted)
+                )
 
         yield from self._put(
             self._messages,

@@ -10,7 +10,7 @@ are still to be made (revision e9a4c2f8b5d1). Both tables are the migration's, i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 from sqlalchemy import (
@@ -220,7 +220,7 @@ class ListedInserts:
             )
 
     def __call__(
-        self, steps: Iterator[Step], count: int | None = None
+        self, steps: Iterable[Step], count: int | None = None
     ) -> Generator[Step, Any, None]:
         if self._last is None:
             yield from steps
