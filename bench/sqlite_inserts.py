@@ -70,15 +70,17 @@ _UPSERT = (
     " RETURNING length, revision, next_entry"
 )
 _LIST = (
-    "INSERT OR IGNORE INTO histstore_messages_fts_pending (message_rowid)"
+    "INSERT OR IGNORE INTO histstore_messages_fts_listed (message_rowid)"
     " SELECT rowid FROM histstore_messages"
-    " WHERE rowid > (SELECT last_insert_rowid() - ?) AND search_text IS NOT NULL"
+    " WHERE rowid > (SELECT last_insert_rowid() - ?)"
 )
-# The INSERT triggers of the messages table before revision a2f6c8e4d0b3.
+# The INSERT triggers of the messages table before revision a2f6c8e4d0b3 (the listing
+# one without its ``WHEN new.search_text IS NOT NULL``: since c8d2f4a6e1b9 a string
+# content's text is NULL there, and every row is listed).
 _TRIGGERS = (
     "CREATE TRIGGER histstore_messages_fts_insert AFTER INSERT ON histstore_messages"
-    " WHEN new.search_text IS NOT NULL BEGIN INSERT OR IGNORE INTO"
-    " histstore_messages_fts_pending(message_rowid) VALUES (new.rowid); END",
+    " BEGIN INSERT OR IGNORE INTO"
+    " histstore_messages_fts_listed(message_rowid) VALUES (new.rowid); END",
     "CREATE TRIGGER histstore_guard_entry_id BEFORE INSERT ON histstore_messages"
     " WHEN NEW.entry_id IS NULL OR NEW.entry_id < 1 BEGIN SELECT RAISE(ABORT, 'older'); END",
 )
@@ -145,7 +147,7 @@ def _histstore_write(
     first = length - n
     conn.execute(_RECORD, (conversation, uuid.uuid4().hex, first, n, "0" * 64, now, revision, n))
     rows = [
-        (conversation, first + i, m["role"], encode(m), None, now, m["content"],
+        (conversation, first + i, m["role"], encode(m), None, now, None,
          next_entry - n + i, None)
         for i, m in enumerate(messages)
     ]  # fmt: skip

@@ -16,8 +16,9 @@ database at the newest schema, it times:
 * import: ``_export.import_store(destination, file)``, what ``histstore import`` runs,
   on a file ``histstore export`` wrote (every message parsed and validated);
 * raw: the destination's driver alone (aiosqlite or asyncpg) inserting the same
-  conversation and message rows (each with its search text, so the full-text index is
-  kept on both sides), already in memory, in the same batches: an
+  conversation and message rows (their search text as histstore stores it: NULL for a
+  string content, which the full-text index reads instead; listed for the index on
+  both sides), already in memory, in the same batches: an
   ``executemany`` per ``B`` message rows, one transaction per ``B`` rows (SQLite:
   ``BEGIN IMMEDIATE``, WAL, ``synchronous=FULL`` as histstore's default).
 
@@ -53,7 +54,7 @@ import histstore
 from histstore._storage import schema as _schema
 from histstore._transfer import exporting as _export
 
-Row = tuple[str, int, str, str, None, datetime, str]  # ..., created_at, search text
+Row = tuple[str, int, str, str, None, datetime, None]  # ..., created_at, search_text
 
 
 async def make_source(path: Path, conversations: int, messages: int) -> list[Row]:
@@ -74,7 +75,7 @@ async def make_source(path: Path, conversations: int, messages: int) -> list[Row
             encode(pool[(c + i) % len(pool)]),
             None,
             now,
-            pool[(c + i) % len(pool)]["content"],
+            None,  # the text is the string content (``rows.stored_search_text``)
         )
         for c in range(conversations)
         for i in range(messages)
@@ -106,8 +107,8 @@ async def raw_sqlite(path: Path, rows: list[Row], batch: int) -> None:
             )
             # Listed for the full-text index, as histstore's writes list what they add.
             await db.execute(
-                "INSERT OR IGNORE INTO histstore_messages_fts_pending (message_rowid)"
-                " SELECT rowid FROM histstore_messages WHERE rowid > ? AND search_text IS NOT NULL",
+                "INSERT OR IGNORE INTO histstore_messages_fts_listed (message_rowid)"
+                " SELECT rowid FROM histstore_messages WHERE rowid > ?",
                 (last or 0,),
             )
             await db.execute("COMMIT")

@@ -37,8 +37,9 @@ database whose schema ``histstore.connect(url, migrate=True)`` created:
   CTEs upsert the conversation's length, record the batch and insert the messages from
   arrays with ``unnest``; asyncpg, a pool of as many connections as tasks (1 or 16), one
   ``acquire`` per turn, with the per-release reset query turned off.
-* Messages are encoded with ``json.dumps``; each message's searchable text (its string
-  content) goes in ``search_text``, so the raw side keeps the full-text index too.
+* Messages are encoded with ``json.dumps``; ``search_text`` is NULL, as histstore stores
+  it for a string content (the full-text index reads the content), and SQLite's raw
+  write lists its rows for the index, so the raw side keeps the full-text index too.
 
 (c) With ``--pgbouncer URL`` (a PgBouncer in transaction mode in front of ``--pg-url``'s
     server, serving every database: ``* = host=... port=...``): the agent turn of (a)
@@ -106,9 +107,8 @@ UPSERT_SQL = (
 # SQLite: the messages a write added, listed for the full-text index (as histstore's
 # writes do since a2f6c8e4d0b3; no trigger lists them).
 LIST_SQL = (
-    "INSERT OR IGNORE INTO histstore_messages_fts_pending (message_rowid) SELECT rowid"
+    "INSERT OR IGNORE INTO histstore_messages_fts_listed (message_rowid) SELECT rowid"
     " FROM histstore_messages WHERE conversation_id = ?1 AND position >= ?2"
-    " AND search_text IS NOT NULL"
 )
 INSERT_MESSAGE_SQL = (
     "INSERT INTO histstore_messages"
@@ -250,7 +250,7 @@ class RawSqlite:
                 length = (await conn.execute_fetchall(self.upsert_sql, (cid, n, now)))[0][0]
                 first = length - n
                 rows = [
-                    (cid, first + i, m["role"], t, now, m["content"])
+                    (cid, first + i, m["role"], t, now, None)
                     for i, (m, t) in enumerate(zip(batch, texts, strict=True))
                 ]
                 await conn.executemany(self.message_sql, rows)
@@ -287,7 +287,7 @@ def append_args(cid: str, batch: list[dict[str, Any]]) -> list[Any]:
         batch_digest(texts),
         [m["role"] for m in batch],
         texts,
-        [m["content"] for m in batch],
+        [None] * len(texts),  # the text is the string content, as histstore stores it
     ]
 
 
@@ -540,7 +540,7 @@ async def bench_turns(
 async def fill_sqlite(path: str, cid: str, n: int, messages: list[dict[str, Any]]) -> None:
     import aiosqlite
 
-    texts = [(m["role"], encode(m), m["content"]) for m in messages]
+    texts = [(m["role"], encode(m), None) for m in messages]
     now = sqlite_timestamp(datetime.now(timezone.utc))
     async with aiosqlite.connect(path, isolation_level=None) as conn:
         await conn.execute("BEGIN IMMEDIATE")
@@ -560,7 +560,7 @@ async def fill_sqlite(path: str, cid: str, n: int, messages: list[dict[str, Any]
 async def fill_postgres(url: str, cid: str, n: int, messages: list[dict[str, Any]]) -> None:
     import asyncpg
 
-    texts = [(m["role"], encode(m), m["content"]) for m in messages]
+    texts = [(m["role"], encode(m), None) for m in messages]
     now = datetime.now(timezone.utc)
     conn = await asyncpg.connect(**asyncpg_kwargs(url))
     try:

@@ -173,14 +173,26 @@ async def alembic(engine: AsyncEngine, action: str, *args: str) -> None:
 async def writing_as_before_listing(engine: AsyncEngine) -> AsyncIterator[None]:
     """Today's store writes, meanwhile, as the histstore of a revision before
     a2f6c8e4d0b3 did, into a database at that revision: the column its statements set
-    (``listed_changes``) stands in while it runs, and its writes list no messages for
-    the full-text index (that revision's INSERT trigger lists or indexes them)."""
+    (``listed_changes``) stands in while it runs, its writes list no messages for the
+    full-text index (that revision's INSERT trigger lists or indexes them), and they
+    store every message's text in ``search_text`` (before c8d2f4a6e1b9 NULL there is
+    no text)."""
     from sqlalchemy import text
 
+    from histstore._core.search_text import indexed_text
+    from histstore._ops import text_search
+    from histstore._storage import rows
     from histstore._storage.statements.search import ListedInserts
+    from histstore._transfer import importing
 
     def unlisted(self: ListedInserts, steps: Any, count: int | None = None) -> Any:
         yield from steps
+
+    def every_text(message: Any) -> str | None:
+        return rows.searchable(indexed_text(message))
+
+    stored = rows.stored_search_text
+    users = (rows, importing, text_search)
 
     async def column(change: str) -> None:
         async with engine.begin() as conn:
@@ -189,8 +201,12 @@ async def writing_as_before_listing(engine: AsyncEngine) -> AsyncIterator[None]:
     await column("ADD COLUMN listed_changes BIGINT NOT NULL DEFAULT 0")
     listed = ListedInserts.__call__
     ListedInserts.__call__ = unlisted  # type: ignore[method-assign]
+    for module in users:
+        module.stored_search_text = every_text  # type: ignore[attr-defined]
     try:
         yield
     finally:
         ListedInserts.__call__ = listed  # type: ignore[method-assign]
+        for module in users:
+            module.stored_search_text = stored  # type: ignore[attr-defined]
         await column("DROP COLUMN listed_changes")

@@ -20,7 +20,6 @@ from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.ids import validate_id
 from .._core.models import Message, peek_data, role_in, stored_message
-from .._core.search_text import indexed_text
 from .._editable.change_log import Logged, logged, rebuild, written
 from .._editable.changes import Change, first_touched
 from .._editable.conversation import Conversation
@@ -147,7 +146,7 @@ def _entry_row(
         if count is None
         else _rules.counted(count, m, conversation, f"the message at position {position}"),
         created_at=entry.created_at or now,
-        search_text=indexed_text(data),
+        search_text=_rows.stored_search_text(data),
         entry_id=eid(entry),
         author=entry.author,
     )

@@ -9,9 +9,9 @@ from .._core import rules as _rules
 from .._core.framework_text import envelope
 from .._core.ids import validate_id
 from .._core.models import as_message, message_data, stored_message
-from .._core.search_text import Hit, indexed_text, parse_query
+from .._core.search_text import Hit, parse_query
 from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, CompiledStatement, Program
-from .._storage.rows import searchable
+from .._storage.rows import stored_search_text
 from .._storage.statements import search as _search
 from ..envelopes import ROLES
 from .context import Context
@@ -136,5 +136,5 @@ def as_written(data: str) -> tuple[str, str, str | None]:
         role = ROLES[kind](inner)
         if role is not None:
             message = as_message({"role": role, **message_data(message)})
-    text = searchable(indexed_text(message))
+    text = stored_search_text(message)
     return message.to_json(), _rules.role_key(message.role), text

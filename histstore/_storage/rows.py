@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .._core import codec as _codec
+from .._core.models import Message, message_data
 from .._core.rules import Batch, role_key
 from .._core.search_text import indexed_text
 from .._editable.change_log import encode
@@ -26,6 +27,7 @@ __all__ = [
     "now",
     "record_row",
     "searchable",
+    "stored_search_text",
     "turn_row",
 ]
 
@@ -52,6 +54,29 @@ def searchable(text: str | None) -> str | None:
     return raw[:cut].decode("utf-8", "surrogatepass")
 
 
+def stored_search_text(message: Message | dict[str, Any]) -> str | None:
+    """What a message row's ``search_text`` holds for ``message`` (a ``Message`` or its
+    JSON object), from revision c8d2f4a6e1b9 on: ``NULL`` when the message's text is its
+    string ``content`` (the common message, whose text is then not stored twice) or when
+    it has no text and no string content; ``''`` when it has no text but a string
+    content; else its ``indexed_text`` cut by ``searchable``. The indexes read the text
+    back through ``statements.search.message_text``."""
+    d = message_data(message) if isinstance(message, Message) else message
+    content = d.get("content")
+    if (
+        type(content) is str  # the commonest shape: its text is the content
+        and len(d) == 2
+        and "role" in d
+        and "\x00" not in content
+        and len(content) * 4 <= SEARCH_TEXT_BYTES
+    ):
+        return None
+    text = searchable(indexed_text(d))
+    if type(content) is str and content:
+        return None if text == content else (text or "")
+    return text
+
+
 def now() -> datetime:
     """The store's clock: the current time, aware UTC. Every time a program stamps
     (``created_at``, ``updated_at``, a change's ``at``) comes from here."""
@@ -71,8 +96,8 @@ def message_row(
     author: str | None,
 ) -> Row:
     """A row of the messages table: the message ``data`` (its JSON text) at ``position``,
-    with its ``role`` key (``_core.rules.role_key``), its ``indexed_text`` (cut here by
-    ``searchable``) and the id and author of its entry."""
+    with its ``role`` key (``_core.rules.role_key``), its ``stored_search_text`` and the
+    id and author of its entry."""
     return {
         "conversation_id": conversation,
         "position": position,
@@ -80,7 +105,7 @@ def message_row(
         "data": data,
         "token_count": token_count,
         "created_at": created_at,
-        "search_text": searchable(search_text),
+        "search_text": search_text,
         "entry_id": entry_id,
         "author": author,
     }
@@ -107,7 +132,7 @@ def batch_rows(
             data=m.to_json(),
             token_count=tokens[skip + i],
             created_at=(times[skip + i] if times is not None else None) or at,
-            search_text=indexed_text(m),
+            search_text=stored_search_text(m),
             entry_id=first_entry + i,
             author=None,
         )

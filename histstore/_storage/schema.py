@@ -66,9 +66,9 @@ tables are named after it)."""
 UNLISTED_FTS = "histstore_unlisted_fts"
 """A read-only SQLite store's per-search FTS5 table (in the connection's temporary
 database) of the messages on the full-text index's pending list (``_storage.search_index``)."""
-PG_SEARCH_TABLES = ("histstore_search_vectors", "histstore_search_pending")
+PG_SEARCH_TABLES = ("histstore_search_vectors", "histstore_search_listed")
 """Postgres's full-text index: the vectors and their pending list (revision e9a4c2f8b5d1;
-described in ``_storage.statements.search``)."""
+the list renamed by c8d2f4a6e1b9; described in ``_storage.statements.search``)."""
 MESSAGE_ENTRY_INDEX = "ix_histstore_messages_entry"
 """Postgres: messages by ``(conversation_id, entry_id)``, how the full-text index names them."""
 VECTORS_FOREIGN_KEY = "fk_histstore_vectors_conversation_id_histstore_messages"
@@ -174,12 +174,14 @@ messages = Table(
     Column("data", Text, nullable=False),
     Column("token_count", Integer, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
-    # What search finds the message by (``_core.search_text.indexed_text``), NULL when it has no
-    # text. The full-text index covers it: on SQLite the FTS5 table
-    # ``histstore_messages_fts`` (external content, kept by triggers), on Postgres the
-    # tables ``PG_SEARCH_TABLES`` (revision e9a4c2f8b5d1). Neither is described here:
-    # both are the migrations' (``_storage.statements.search`` holds the queries that
-    # use them).
+    # What search finds the message by where that is not its string ``content``
+    # (``rows.stored_search_text``, revision c8d2f4a6e1b9): NULL when it is the content
+    # (the common message: its text is not stored twice) or when the message has no
+    # text, '' for no text beside a string content. The full-text index covers
+    # ``statements.search.message_text``, this column or the content: on SQLite the FTS5
+    # table ``histstore_messages_fts`` (external content: a view of that text), on
+    # Postgres the tables ``PG_SEARCH_TABLES``. Neither is described here: both are the
+    # migrations' (``_storage.statements.search`` holds the queries that use them).
     Column("search_text", Text, nullable=True),
     # The entry's stable id in its conversation (SPEC 11) and who edited it in (NULL
     # for what ``write`` stores). No index: reads go by position.

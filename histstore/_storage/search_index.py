@@ -5,12 +5,13 @@ SQLite (``PendingIndex``):
 A write does not index its messages itself: it lists the rowids of the messages it
 inserted in ``PENDING_TABLE``, in its own transaction (``statements.search.ListedInserts``,
 revision a2f6c8e4d0b3; from b1e6f0c4a7d3 an INSERT trigger did, whose presence made SQLite
-stage every multi-row INSERT of messages in a temporary table). The
-index is FTS5 plus that list: FTS5 holds exactly the messages whose ``search_text`` is
-not NULL and that are not listed. Indexing the list (``PendingIndex.index``) inserts the
-listed rows into FTS5 in one statement and takes them off the list, in one write
-transaction: FTS5 then writes one segment for many messages, where a write of its own
-wrote a small segment, and merged segments every few writes, inside the write.
+stage every multi-row INSERT of messages in a temporary table). The index is FTS5 plus
+that list: FTS5 holds exactly the messages that have text
+(``statements.search.message_text``) and are not listed. Indexing the list
+(``PendingIndex.index``) inserts the listed rows that have text into FTS5 in one
+statement and takes them all off the list, in one write transaction: FTS5 then writes
+one segment for many messages, where a write of its own wrote a small segment, and
+merged segments every few writes, inside the write.
 
 Who indexes the list: a store's writers, every so many commits, in a write of its own
 (``_storage.group_commit``); a store before its search reads FTS5
@@ -22,7 +23,7 @@ index of its own, made per search in the connection's temporary database
 drops it), whose ranks are computed over those messages alone.
 
 PostgreSQL (``VectorIndex``): the index proper is ``search_vectors``, the
-``to_tsvector('simple', search_text)`` of each message by entry id, with a GIN index
+``to_tsvector('simple', message_text)`` of each message by entry id, with a GIN index
 (revision e9a4c2f8b5d1). Each run of consecutive entry ids an INSERT stored is listed
 in ``search_pending``, in the write's own transaction: by the common append's own
 statement (``statements.appends``), by a statement trigger for every other; an update of
@@ -50,7 +51,12 @@ from sqlalchemy.types import BigInteger, Text
 
 from . import schema as s
 from .drivers import EXECUTE, FETCH, Driver, Program, Step
-from .statements.search import search_pending, search_vectors
+from .statements.search import (
+    SQLITE_MESSAGE_TEXT,
+    message_text,
+    search_pending,
+    search_vectors,
+)
 
 __all__ = [
     "CHUNK",
@@ -62,8 +68,12 @@ __all__ = [
     "VectorIndex",
 ]
 
-PENDING_TABLE = "histstore_messages_fts_pending"
-"""The rowids of messages whose text FTS5 does not hold yet (SQLite)."""
+PENDING_TABLE = "histstore_messages_fts_listed"
+"""The rowids of messages whose text FTS5 does not hold yet (SQLite; named
+``histstore_messages_fts_pending`` until revision c8d2f4a6e1b9, so that an older
+process, which would index the text it no longer finds in ``search_text``, cannot take
+messages off the list)."""
+_TEXT = SQLITE_MESSAGE_TEXT.format(m="m")
 
 CHUNK = 20_000
 """Listed messages indexed in one transaction at most by the background indexer (about
@@ -79,30 +89,31 @@ class PendingIndex:
         # The last rowid of the first ``n`` listed (all with -1), and how many they are.
         self._bound = compile_(
             text(
-                "SELECT max(message_rowid), count(*) FROM (SELECT message_rowid"
-                " FROM histstore_messages_fts_pending ORDER BY message_rowid LIMIT :n)"
+                "SELECT max(message_rowid), count(*) FROM (SELECT message_rowid"  # noqa: S608 - names, no input
+                f" FROM {PENDING_TABLE} ORDER BY message_rowid LIMIT :n)"
             ).bindparams(bindparam("n", type_=BigInteger))
         )
-        self.any = compile_(text("SELECT 1 FROM histstore_messages_fts_pending LIMIT 1"))
+        self.any = compile_(text(f"SELECT 1 FROM {PENDING_TABLE} LIMIT 1"))  # noqa: S608 - names, no input
         """One row when the list holds any message."""
         self._index = compile_(
             text(
-                "INSERT INTO histstore_messages_fts(rowid, search_text)"
-                " SELECT m.rowid, m.search_text FROM histstore_messages_fts_pending AS p"
+                "INSERT INTO histstore_messages_fts(rowid, search_text)"  # noqa: S608 - names, no input
+                f" SELECT rowid, t FROM (SELECT m.rowid AS rowid, {_TEXT} AS t"
+                f" FROM {PENDING_TABLE} AS p"
                 " JOIN histstore_messages AS m ON m.rowid = p.message_rowid"
-                " WHERE p.message_rowid <= :upto AND m.search_text IS NOT NULL"
+                " WHERE p.message_rowid <= :upto) WHERE t IS NOT NULL"
             ).bindparams(row)
         )
         self._unlist = compile_(
             text(
-                "DELETE FROM histstore_messages_fts_pending WHERE message_rowid <= :upto"
+                f"DELETE FROM {PENDING_TABLE} WHERE message_rowid <= :upto"  # noqa: S608 - names, no input
             ).bindparams(row)
         )
         self.listed = compile_(
             text(
-                "SELECT m.rowid, m.search_text FROM histstore_messages_fts_pending AS p"
-                " JOIN histstore_messages AS m ON m.rowid = p.message_rowid"
-                " WHERE m.search_text IS NOT NULL"
+                f"SELECT rowid, t FROM (SELECT m.rowid AS rowid, {_TEXT} AS t"  # noqa: S608 - names, no input
+                f" FROM {PENDING_TABLE} AS p JOIN histstore_messages AS m"
+                " ON m.rowid = p.message_rowid) WHERE t IS NOT NULL"
             )
         )
         """The listed messages' rowids and text (for ``temp_fts``)."""
@@ -145,6 +156,7 @@ class VectorIndex:
 
     def __init__(self, driver: Driver) -> None:
         vectors, pending, msg = search_vectors, search_pending, s.messages
+        text_ = message_text(driver.dialect, msg)
         ctid: ColumnElement[Any] = literal_column("ctid")
         picked = (
             select(ctid)
@@ -164,7 +176,7 @@ class VectorIndex:
             select(
                 msg.c.conversation_id,
                 msg.c.entry_id,
-                func.to_tsvector(literal_column("'simple'::regconfig"), msg.c.search_text),
+                func.to_tsvector(literal_column("'simple'::regconfig"), text_),
             )
             .ext(postgresql.distinct_on(msg.c.conversation_id, msg.c.entry_id))
             .select_from(
@@ -176,7 +188,7 @@ class VectorIndex:
                     ),
                 )
             )
-            .where(msg.c.search_text.is_not(None))
+            .where(text_.is_not(None))
         )
         insert = postgresql.insert(vectors).from_select(
             ["conversation_id", "entry_id", "vector"], made

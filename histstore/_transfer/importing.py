@@ -33,10 +33,10 @@ from typing import Any, cast
 from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.models import Summary
-from .._core.search_text import indexed_text
 from .._editable.entries import check_author
 from .._errors import HistStoreError, InvalidMessage
 from .._storage.dberrors import DatabaseFailure
+from .._storage.rows import stored_search_text
 from .._store import Store
 from .editable import Edits
 from .format import DEFAULT_BATCH, FORMAT_NAME, FORMAT_VERSION, Progress, Reader, TransferStats
@@ -296,7 +296,7 @@ class _Messages:
                 [m.to_json() for m in messages],
                 checked.tokens,
                 cast("list[datetime]", checked.times),  # every record has its time
-                [indexed_text(m) for m in messages],
+                [stored_search_text(m) for m in messages],
                 ids,
                 authors,
             )

@@ -29,7 +29,7 @@ from .._editable.changes import Change
 from .._ops.context import Context
 from .._storage import schema as s
 from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, CompiledStatement, Step
-from .._storage.rows import change_row, message_row, searchable
+from .._storage.rows import change_row, message_row
 from . import editable as edits_steps
 from .editable import Edits
 
@@ -80,7 +80,7 @@ class MessageRows:
     tokens: list[int | None]
     times: list[datetime]
     texts: list[str | None]
-    """Each message's ``indexed_text``."""
+    """Each message's ``search_text`` as a write stores it (``rows.stored_search_text``)."""
     entry_ids: list[int] | None = None
     """The entries' ids; ``None``: new ids, ``entry_base`` + position."""
     authors: list[str | None] | None = None
@@ -106,7 +106,7 @@ class MessageRows:
             "datas": self.datas[skip:],
             "tokens": self.tokens[skip:],
             "times": self.times[skip:],
-            "texts": [searchable(t) for t in self.texts[skip:]],
+            "texts": self.texts[skip:],
             "entry_ids": self.ids(entry_base, skip),
             "authors": authors[skip:],
         }

@@ -452,7 +452,7 @@ async def _check_search_index(conn: AsyncConnection, convs: list[Conv], *, head:
         # From e9a4c2f8b5d1 on, the vectors are a table of their own (the upgrade
         # moves them; nothing is listed).
         assert (
-            await conn.execute(text("SELECT count(*) FROM histstore_search_pending"))
+            await conn.execute(text("SELECT count(*) FROM histstore_search_listed"))
         ).scalar() == 0
         found = text(
             "SELECT count(*) FROM histstore_search_vectors"

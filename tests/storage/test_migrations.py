@@ -250,7 +250,8 @@ async def test_fts_trigger_upgrade_keeps_search_right_across_moves(
 ) -> None:
     """Revision a9c3e5f7b1d2 over stored messages: the index stays equal to the
     messages when a splice moves them (on SQLite the update trigger fires on
-    ``search_text`` only), and after a downgrade with the older trigger."""
+    ``search_text`` only, and ``data`` from c8d2f4a6e1b9 on), and after a downgrade with
+    the older trigger."""
 
     async def trigger() -> str | None:
         async with engine.connect() as conn:
@@ -282,7 +283,7 @@ async def test_fts_trigger_upgrade_keeps_search_right_across_moves(
     await alembic(engine, "downgrade", "f3b8d6a2c915")  # the messages, as that revision holds them
     await alembic(engine, "upgrade", "head")
     if empty_url.startswith("sqlite"):
-        assert "AFTER UPDATE OF search_text ON" in (await trigger() or "")
+        assert "AFTER UPDATE OF search_text, data ON" in (await trigger() or "")
     await splice_and_search("narwhal")
     await alembic(engine, "downgrade", "f3b8d6a2c915")
     if empty_url.startswith("sqlite"):
@@ -330,7 +331,7 @@ async def test_pending_list_upgrade_and_downgrade_keep_every_message_found(
         )
     if sqlite:
         async with engine.connect() as conn:
-            listed = text("SELECT count(*) FROM histstore_messages_fts_pending")
+            listed = text("SELECT count(*) FROM histstore_messages_fts_listed")
             assert (await conn.execute(listed)).scalar() == 1
         assert await fts_rowids("narwhal") == []
     await alembic(engine, "downgrade", "a9c3e5f7b1d2")
@@ -379,7 +380,7 @@ async def test_vector_table_upgrade_and_downgrade_keep_every_message_found(
     await alembic(engine, "upgrade", "head")
     if pg:
         assert await count("SELECT count(*) FROM histstore_search_vectors") == 5
-        assert await count("SELECT count(*) FROM histstore_search_pending") == 0
+        assert await count("SELECT count(*) FROM histstore_search_listed") == 0
     async with engine.begin() as conn:
         await conn.execute(
             text(
@@ -389,7 +390,7 @@ async def test_vector_table_upgrade_and_downgrade_keep_every_message_found(
         )
     if pg:
         assert await count("SELECT count(*) FROM histstore_search_vectors") == 4
-        assert await count("SELECT count(*) FROM histstore_search_pending") == 1
+        assert await count("SELECT count(*) FROM histstore_search_listed") == 1
     async with histstore.connect(empty_url, read_only=True) as reader:
         assert [h.position for h in await reader.search("narwhal")] == [3]
         assert sorted(h.position for h in await reader.search("walrus")) == list(range(5))
@@ -418,7 +419,7 @@ async def test_vector_table_upgrade_and_downgrade_keep_every_message_found(
         assert await count("SELECT count(*) FROM histstore_search_vectors") == 3
         # One statement storing entries of two conversations, with a gap: three runs.
         async with engine.begin() as conn:
-            await conn.execute(text("DELETE FROM histstore_search_pending"))
+            await conn.execute(text("DELETE FROM histstore_search_listed"))
             await conn.execute(
                 text(
                     "INSERT INTO histstore_messages (conversation_id, position, data,"
@@ -429,7 +430,7 @@ async def test_vector_table_upgrade_and_downgrade_keep_every_message_found(
             )
             runs = await conn.execute(
                 text(
-                    "SELECT conversation_id, first_entry, last_entry FROM histstore_search_pending"
+                    "SELECT conversation_id, first_entry, last_entry FROM histstore_search_listed"
                     " ORDER BY 1, 2"
                 )
             )
@@ -500,8 +501,11 @@ async def test_appends_list_their_own_runs_upgrade_and_downgrade(
     append included; a downgrade makes it list every insert again."""
     pg = not empty_url.startswith("sqlite")
 
-    async def insert(c: str, listed_by_statement: bool) -> int:
-        """A message stored by hand (as another process would); the runs listed."""
+    async def insert(
+        c: str, listed_by_statement: bool, listed: str = "histstore_search_listed"
+    ) -> int:
+        """A message stored by hand (as another process would); the runs listed (in
+        ``listed``, the list's name from c8d2f4a6e1b9 on)."""
         async with engine.begin() as conn:
             if listed_by_statement:
                 await conn.execute(text("SELECT set_config('histstore.search_listed', 'on', true)"))
@@ -513,7 +517,7 @@ async def test_appends_list_their_own_runs_upgrade_and_downgrade(
                 {"c": c},
             )
             found = await conn.execute(
-                text("SELECT count(*) FROM histstore_search_pending WHERE conversation_id = :c"),
+                text(f"SELECT count(*) FROM {listed} WHERE conversation_id = :c"),
                 {"c": c},
             )
             return int(found.scalar_one())
@@ -528,7 +532,7 @@ async def test_appends_list_their_own_runs_upgrade_and_downgrade(
             assert await insert("after", listed_by_statement=False) == 1
     await alembic(engine, "downgrade", "f7c2a9d3e8b4")
     if pg:
-        assert await insert("older", listed_by_statement=True) == 1
+        assert await insert("older", True, listed="histstore_search_pending") == 1
     await alembic(engine, "upgrade", "head")
     async with histstore.connect(empty_url) as store:
         assert sorted(h.position for h in await store.search("puffin")) == [0, 1, 2]
@@ -621,3 +625,95 @@ async def test_writes_list_their_own_messages_upgrade_and_downgrade(
     async with histstore.connect(empty_url) as store:
         assert [h.position for h in await store.search("skua")] == [2]
         assert sorted(h.conversation for h in await store.search("auk")) == ["new", "old", "old"]
+
+
+async def test_search_text_stored_once_upgrade_and_downgrade(
+    engine: AsyncEngine, empty_url: str
+) -> None:
+    """Revision c8d2f4a6e1b9 over stored messages: the text stored before stays (a NULL
+    beside a string content becomes ``''``, still no text) and is found; new writes
+    leave a string content's text out of ``search_text`` and are found; a downgrade
+    writes the content back into ``search_text`` (and ``''`` back to NULL), and the
+    index the older revision reads holds every message."""
+    sqlite = engine.dialect.name == "sqlite"
+    now = datetime.now(timezone.utc)
+    call = {"id": "1", "type": "function", "function": {"name": "f", "arguments": "zebra"}}
+    envelope = {"type": "adk_event", "event": {"author": "a", "actions": {}}, "content": "skua"}
+    stored: list[tuple[dict[str, Any], str | None]] = [  # as a2f6c8e4d0b3 stored them
+        ({"role": "user", "content": "auk"}, "auk"),
+        ({"role": "assistant", "content": "gannet", "tool_calls": [call]}, "gannet\nzebra"),
+        (envelope, None),
+        ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}, None),
+    ]
+
+    async def texts() -> list[str | None]:
+        return await first_column(
+            engine, "SELECT search_text FROM histstore_messages ORDER BY position"
+        )
+
+    async def found(word: str) -> list[int]:
+        async with histstore.connect(empty_url) as store:
+            return sorted(h.position for h in await store.search(word))
+
+    await alembic(engine, "upgrade", "a2f6c8e4d0b3")
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO histstore_conversations (id, length, created_at, updated_at,"
+                " revision, next_entry, listed_changes) VALUES ('old', 4, :t, :t, 1, 5, 1)"
+            ),
+            {"t": now},
+        )
+        for p, (data, search) in enumerate(stored):
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_messages (conversation_id, position, data,"
+                    " created_at, search_text, entry_id) VALUES ('old', :p, :d, :t, :s, :e)"
+                ),
+                {"p": p, "d": json.dumps(data), "t": now, "s": search, "e": p + 1},
+            )
+        if sqlite:  # that revision's writes listed their messages themselves
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_messages_fts_pending SELECT rowid"
+                    " FROM histstore_messages WHERE search_text IS NOT NULL"
+                )
+            )
+    await alembic(engine, "upgrade", "head")
+    await alembic(engine, "check")
+    assert await texts() == ["auk", "gannet\nzebra", "", None]
+    assert await found("auk") == [0]
+    assert await found("zebra") == [1]
+    assert await found("skua") == []
+    async with histstore.connect(empty_url) as store:
+        await store.write("old", [{"role": "user", "content": "auk again"}])
+    assert await texts() == ["auk", "gannet\nzebra", "", None, None]
+    assert await found("auk") == [0, 4]
+
+    await alembic(engine, "downgrade", "a2f6c8e4d0b3")
+    assert await texts() == ["auk", "gannet\nzebra", None, None, "auk again"]
+    if sqlite:
+        names = set(await first_column(engine, "SELECT name FROM sqlite_master"))
+        assert "histstore_messages_fts_pending" in names
+        assert not names & {"histstore_messages_fts_listed", "histstore_messages_fts_content"}
+        async with engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_messages_fts(histstore_messages_fts, rank)"
+                    " VALUES ('integrity-check', 1)"
+                )
+            )
+        matched = "SELECT rowid FROM histstore_messages_fts WHERE histstore_messages_fts MATCH"
+        assert len(await first_column(engine, f"{matched} 'auk'")) == 2
+        assert await first_column(engine, f"{matched} 'skua'") == []
+    else:
+        listed = "SELECT to_regclass('histstore_search_pending') IS NOT NULL"
+        assert await first_column(engine, listed) == [True]
+        vectors = (
+            "SELECT count(*) FROM histstore_search_vectors"
+            " WHERE vector @@ to_tsquery('simple', 'auk')"
+        )
+        assert await first_column(engine, vectors) == [2]
+    await alembic(engine, "upgrade", "head")
+    assert await found("auk") == [0, 4]
+    assert await found("skua") == []

@@ -2,10 +2,11 @@
 
 SQLite's index is FTS5 (revision b7d4e2a91c30) with a pending list
 (``_storage.search_index``); Postgres's is ``search_vectors``, the
-``to_tsvector('simple', search_text)`` of every message by entry id with a GIN index,
-and ``search_pending``, runs of consecutive entry ids of one conversation whose vectors
-are still to be made (revision e9a4c2f8b5d1). Both tables are the migration's, in a
-``MetaData`` of their own: SQLite has neither.
+``to_tsvector('simple', text)`` of every message's ``message_text`` by entry id with a
+GIN index, and ``search_pending`` (the table ``histstore_search_listed``), runs of
+consecutive entry ids of one conversation whose vectors are still to be made (revision
+e9a4c2f8b5d1). Both tables are the migration's, in a ``MetaData`` of their own: SQLite
+has neither.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sqlalchemy import (
     Text,
     and_,
     bindparam,
+    case,
     cast,
     column,
     exists,
@@ -41,7 +43,45 @@ from sqlalchemy.engine import Dialect
 from .. import schema as s
 from ..drivers import EXECUTE, FETCH, Step
 
-__all__ = ["ListedInserts", "search", "search_pending", "search_terms", "search_vectors"]
+__all__ = [
+    "SQLITE_MESSAGE_TEXT",
+    "ListedInserts",
+    "message_text",
+    "search",
+    "search_pending",
+    "search_terms",
+    "search_vectors",
+]
+
+SQLITE_MESSAGE_TEXT = (
+    "nullif(coalesce({m}.search_text, CASE WHEN json_type({m}.data, '$.content') = 'text'"
+    " THEN json_extract({m}.data, '$.content') END), '')"
+)
+"""``message_text`` on SQLite as SQL text, ``{m}`` the messages table's name or alias
+(for the statements of ``_storage.search_index``, which are SQL text)."""
+
+
+def message_text(dialect: Dialect, m: Any) -> ColumnElement[Any]:
+    """The text search finds the message row ``m`` (the messages table or an alias) by,
+    ``NULL`` when it has none: its ``search_text``, or where that is ``NULL`` its
+    ``content`` when that is a JSON string (``rows.stored_search_text``, revision
+    c8d2f4a6e1b9); a stored ``''`` is no text. Every index and search reads the text
+    through this expression (SQLite's FTS5 table through a view of it)."""
+    if dialect.name == "postgresql":
+        doc = cast(m.c.data, postgresql.JSON)["content"]
+        content: ColumnElement[Any] = case(
+            (func.json_typeof(doc) == literal_column("'string'"), doc.astext)
+        )
+    else:
+        path: ColumnElement[str] = literal_column("'$.content'")
+        content = case(
+            (
+                func.json_type(m.c.data, path) == literal_column("'text'"),
+                func.json_extract(m.c.data, path),
+            )
+        )
+    return func.nullif(func.coalesce(m.c.search_text, content), literal_column("''"))
+
 
 _tables = MetaData()
 search_vectors = Table(
@@ -70,7 +110,7 @@ def search(
     Parameters: ``q`` (``search_terms``' value), ``limit``, ``c`` when
     ``by_conversation``, ``owner`` when ``scoped``. Served by the full-text index: on
     SQLite the FTS5 table ranked by bm25, on Postgres the GIN index on
-    ``search_vectors`` (``to_tsvector('simple', search_text)`` by entry id) plus the
+    ``search_vectors`` (``to_tsvector('simple', message_text)`` by entry id) plus the
     messages its pending list names, whose vectors are made here, ranked by
     ``ts_rank_cd`` (``_storage.search_index``); ties go by conversation and position.
     ``fts``: the FTS5 table to search (SQLite).
@@ -113,7 +153,7 @@ def search(
         )
         listed_msg = msg.alias("listed")
         made = (
-            select(func.to_tsvector(config, listed_msg.c.search_text).label("vector"))
+            select(func.to_tsvector(config, message_text(dialect, listed_msg)).label("vector"))
             .correlate(listed_msg)
             .lateral("made")
         )
@@ -191,9 +231,9 @@ class ListedInserts:
     for the full-text index (``_storage.search_index``), in the same transaction.
 
     ``listed(steps, count)`` runs ``steps`` (INSERTs into ``histstore_messages``) and
-    lists the rows they added that have search text. SQLite gives a new row the highest
-    rowid plus one (until rowid 2**63 - 1 was used), and the write lock is held
-    throughout, so the rows added are the ones above the highest rowid before them:
+    lists the rows they added (the indexing leaves those without text). SQLite gives a
+    new row the highest rowid plus one (until rowid 2**63 - 1 was used), and the write
+    lock is held throughout, so the rows added are the ones above the highest rowid before them:
     with ``count`` (the number of rows ``steps`` insert, all of them into the messages
     table, nothing deleted among them) the last ``count`` rowids up to
     ``last_insert_rowid()``, listed by one statement after the steps; without it
@@ -210,8 +250,8 @@ class ListedInserts:
         if dialect.name == "sqlite":
             self._last = compile_(select(func.max(literal_column("rowid"))).select_from(s.messages))
             listing = (
-                "INSERT OR IGNORE INTO histstore_messages_fts_pending (message_rowid)"
-                " SELECT rowid FROM histstore_messages WHERE rowid > {} AND search_text IS NOT NULL"
+                "INSERT OR IGNORE INTO histstore_messages_fts_listed (message_rowid)"
+                " SELECT rowid FROM histstore_messages WHERE rowid > {}"
             )
             self._list = compile_(text(listing.format(":after")))
             # A subquery: evaluated once, before the listing's own inserts move the value.

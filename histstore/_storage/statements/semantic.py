@@ -26,6 +26,7 @@ from sqlalchemy import (
 from .. import schema as s
 from ..drivers import Driver
 from . import dialects as _dialects
+from .search import message_text
 
 __all__ = ["SemanticStatements"]
 
@@ -47,8 +48,9 @@ class SemanticStatements:
         # Messages with text and no vector yet, after a (conversation, position) cursor,
         # in key order. A view bounds its owner's conversations by the cursor too, so
         # that a walk starting from them (Postgres may) starts at the cursor.
+        text_ = message_text(driver.dialect, m)
         todo = [
-            m.c.search_text.is_not(None),
+            text_.is_not(None),
             ~exists().where(
                 v.c.conversation_id == m.c.conversation_id,
                 v.c.position == m.c.position,
@@ -61,7 +63,7 @@ class SemanticStatements:
         if scoped:
             walk.append(owned(m.c.conversation_id, cv.c.id >= after_c))
             one.append(owned(m.c.conversation_id))
-        cols = (m.c.conversation_id, m.c.position, m.c.search_text)
+        cols = (m.c.conversation_id, m.c.position, text_)
         limit = bindparam("limit", type_=Integer)
         self.pending_all = compile_(
             select(*cols).where(*walk).order_by(m.c.conversation_id, m.c.position).limit(limit)
@@ -78,7 +80,7 @@ class SemanticStatements:
         ).where(
             m.c.conversation_id == c,
             m.c.position == bindparam("p", type_=BigInteger),
-            m.c.search_text == bindparam("text", type_=Text),
+            text_ == bindparam("text", type_=Text),
         )
         if scoped:
             source = source.where(owned(m.c.conversation_id))
