@@ -66,37 +66,35 @@ def _sqlite_text(m: str) -> str:
     )
 
 
-def _sqlite_unindex(listed: str, text: str) -> str:
-    """Trigger statements: take the old row out of FTS5 (with ``text``, what it was
-    indexed with) unless it is listed, and off the list ``listed``."""
-    return (
-        f" INSERT INTO {_FTS}({_FTS}, rowid, search_text) SELECT 'delete', old.rowid, t"  # noqa: S608 - names, no input
-        f" FROM (SELECT {text} AS t) WHERE t IS NOT NULL"
-        f" AND NOT EXISTS (SELECT 1 FROM {listed} WHERE message_rowid = old.rowid);"
-        f" DELETE FROM {listed} WHERE message_rowid = old.rowid;"
-    )
-
-
+# Trigger statements: the old row out of FTS5 (with the text it was indexed with) unless
+# it is listed (that first: a listed row's text is not read), and off the list.
+_UNINDEX = (
+    f" INSERT INTO {_FTS}({_FTS}, rowid, search_text) SELECT 'delete', old.rowid, t"  # noqa: S608 - names, no input
+    f" FROM (SELECT {_sqlite_text('old')} AS t WHERE NOT EXISTS"
+    f" (SELECT 1 FROM {_LISTED} WHERE message_rowid = old.rowid)) WHERE t IS NOT NULL;"
+    f" DELETE FROM {_LISTED} WHERE message_rowid = old.rowid;"
+)
 _SQLITE_TRIGGERS = {
-    "histstore_messages_fts_delete": (
-        f"AFTER DELETE ON histstore_messages BEGIN{_sqlite_unindex(_LISTED, _sqlite_text('old'))}"
-        " END"
-    ),
+    "histstore_messages_fts_delete": f"AFTER DELETE ON histstore_messages BEGIN{_UNINDEX} END",
     "histstore_messages_fts_update": (
-        "AFTER UPDATE OF search_text, data ON histstore_messages BEGIN"  # noqa: S608 - names, no input
-        f"{_sqlite_unindex(_LISTED, _sqlite_text('old'))}"
+        f"AFTER UPDATE OF search_text, data ON histstore_messages BEGIN{_UNINDEX}"  # noqa: S608 - names, no input
         f" INSERT OR IGNORE INTO {_LISTED}(message_rowid) VALUES (new.rowid); END"
     ),
 }
 # What revisions b1e6f0c4a7d3 and a9c3e5f7b1d2 made, for the downgrade.
-_OLD_TEXT = "old.search_text"
+_OLD_UNINDEX = (
+    f" INSERT INTO {_FTS}({_FTS}, rowid, search_text) SELECT 'delete', old.rowid,"  # noqa: S608 - names, no input
+    " old.search_text WHERE old.search_text IS NOT NULL AND NOT EXISTS"
+    f" (SELECT 1 FROM {_PENDING} WHERE message_rowid = old.rowid);"
+    f" DELETE FROM {_PENDING} WHERE message_rowid = old.rowid;"
+)
 _SQLITE_OLD_TRIGGERS = {
     "histstore_messages_fts_delete": (
-        "AFTER DELETE ON histstore_messages WHEN old.search_text IS NOT NULL BEGIN"
-        f"{_sqlite_unindex(_PENDING, _OLD_TEXT)} END"
+        f"AFTER DELETE ON histstore_messages WHEN old.search_text IS NOT NULL BEGIN{_OLD_UNINDEX}"
+        " END"
     ),
     "histstore_messages_fts_update": (
-        f"AFTER UPDATE OF search_text ON histstore_messages BEGIN{_sqlite_unindex(_PENDING, _OLD_TEXT)}"
+        f"AFTER UPDATE OF search_text ON histstore_messages BEGIN{_OLD_UNINDEX}"
         f" INSERT OR IGNORE INTO {_PENDING}(message_rowid)"
         " SELECT new.rowid WHERE new.search_text IS NOT NULL; END"
     ),
