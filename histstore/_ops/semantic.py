@@ -1,12 +1,12 @@
 """Search by meaning (SPEC 12): the caller's embeddings of messages, kept in
 ``histstore_vectors`` and ranked by exact cosine similarity.
 
-A message is embedded from its text (``_core.search_text.indexed_text``, read back as
-``statements.search.message_text`` gives it); one without
-text gets no vector. A vector is stored unit-normalized as float32 little-endian bytes
-(4 a dimension), keyed by (conversation, position, model). The database deletes a
-message's vectors with the message, so a vector always belongs to the message now at
-its place, with the text it was made from.
+A message is embedded from its text (``_core.search_text.indexed_text``, as
+``statements.search.message_text`` reads it back); one without text gets no vector. A
+vector is stored unit-normalized as float32 little-endian bytes (4 a dimension), keyed
+by (conversation, position, model). The database deletes a message's vectors with the
+message, so a vector always belongs to the message now at its place, with the text it
+was made from.
 """
 
 from __future__ import annotations
