@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .._core import codec as _codec
-from .._core.models import Message, message_data
+from .._core.models import Message, message_data, role_in
 from .._core.rules import Batch, role_key
 from .._core.search_text import indexed_text
 from .._editable.change_log import encode
@@ -128,15 +128,16 @@ def batch_rows(
         message_row(
             conversation,
             first + i,
-            role=role_key(m.role),
+            role=role_key(role_in(d)),
             data=m.to_json(),
             token_count=tokens[skip + i],
             created_at=(times[skip + i] if times is not None else None) or at,
-            search_text=stored_search_text(m),
+            search_text=stored_search_text(d),
             entry_id=first_entry + i,
             author=None,
         )
         for i, m in enumerate(batch.messages[skip:])
+        for d in (message_data(m),)  # decoded once, kept on the message
     ]
 
 
