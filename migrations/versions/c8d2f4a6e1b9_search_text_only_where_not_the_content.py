@@ -99,16 +99,19 @@ _SQLITE_OLD_TRIGGERS = {
         " SELECT new.rowid WHERE new.search_text IS NOT NULL; END"
     ),
 }
-# A NULL search_text beside a non-empty string content: no text, stored as '' from now on.
-_SQLITE_NO_TEXT = (
-    "UPDATE histstore_messages SET search_text = '' WHERE search_text IS NULL"
-    " AND json_type(data, '$.content') = 'text' AND json_extract(data, '$.content') <> ''"
+# A NULL search_text beside a non-empty string content: no text, stored as '' from now on
+# (and the content's text again after a downgrade).
+_SQLITE_STRING_CONTENT = (
+    "search_text IS NULL AND json_type(data, '$.content') = 'text'"
+    " AND json_extract(data, '$.content') <> ''"
 )
 
 
 def _sqlite_upgrade() -> None:
     # DML first: what follows is then in its transaction (see the downgrade).
-    op.execute(_SQLITE_NO_TEXT)
+    op.execute(
+        f"UPDATE histstore_messages SET search_text = '' WHERE {_SQLITE_STRING_CONTENT}"  # noqa: S608 - names, no input
+    )
     for name in _SQLITE_TRIGGERS:
         op.execute(f"DROP TRIGGER {name}")
     op.execute(f"ALTER TABLE {_PENDING} RENAME TO {_LISTED}")
@@ -139,9 +142,8 @@ def _sqlite_downgrade() -> None:
     op.execute(f"DROP TABLE IF EXISTS {_FTS}")
     op.execute(f"DROP VIEW IF EXISTS {_VIEW}")
     op.execute(
-        "UPDATE histstore_messages SET search_text = json_extract(data, '$.content')"
-        " WHERE search_text IS NULL AND json_type(data, '$.content') = 'text'"
-        " AND json_extract(data, '$.content') <> ''"
+        "UPDATE histstore_messages SET search_text = json_extract(data, '$.content')"  # noqa: S608 - names, no input
+        f" WHERE {_SQLITE_STRING_CONTENT}"
     )
     op.execute("UPDATE histstore_messages SET search_text = NULL WHERE search_text = ''")
     if _has_table(_LISTED):
@@ -213,12 +215,18 @@ def _pg_changed_trigger(q: str, with_data: bool) -> list[str]:
     ]
 
 
+# A message whose search_text is NULL beside a non-empty string content (``->`` keeps the
+# JSON text of the value, so the test needs no unescaping, which a NUL would refuse).
+_CONTENT = "(data::json -> 'content')"
+_PG_STRING_CONTENT = (
+    f"search_text IS NULL AND json_typeof({_CONTENT}) = 'string' AND {_CONTENT}::text <> '\"\"'"
+)
+
+
 def _pg_upgrade(q: str) -> list[str]:
-    content = "(data::json -> 'content')"
     return [
         f"DROP TRIGGER {_CHANGED_TRIGGER} ON {q}histstore_messages",
-        f"UPDATE {q}histstore_messages SET search_text = '' WHERE search_text IS NULL"  # noqa: S608 - names, no input
-        f" AND json_typeof({content}) = 'string' AND {content}::text <> '\"\"'",
+        f"UPDATE {q}histstore_messages SET search_text = '' WHERE {_PG_STRING_CONTENT}",  # noqa: S608 - names, no input
         *_pg_functions(q, _PG_LISTED, only_text=False),
         f"ALTER TABLE {q}{_PG_PENDING} RENAME TO {_PG_LISTED}",
         *_pg_changed_trigger(q, with_data=True),
@@ -226,12 +234,10 @@ def _pg_upgrade(q: str) -> list[str]:
 
 
 def _pg_downgrade(q: str) -> list[str]:
-    content = "(data::json -> 'content')"
     return [
         f"DROP TRIGGER {_CHANGED_TRIGGER} ON {q}histstore_messages",
         f"UPDATE {q}histstore_messages SET search_text = data::json ->> 'content'"  # noqa: S608 - names, no input
-        f" WHERE search_text IS NULL AND json_typeof({content}) = 'string'"
-        f" AND {content}::text <> '\"\"'",
+        f" WHERE {_PG_STRING_CONTENT}",
         f"UPDATE {q}histstore_messages SET search_text = NULL WHERE search_text = ''",  # noqa: S608 - names, no input
         *_pg_functions(q, _PG_PENDING, only_text=True),
         f"ALTER TABLE {q}{_PG_LISTED} RENAME TO {_PG_PENDING}",
