@@ -165,7 +165,7 @@ class Batch:
     """A validated batch of messages, ready to be stored.
 
     ``times`` are the messages' own creation times (import and ``save`` keep them) or
-    ``None`` where the store's clock decides. Its rows: ``_storage.rows.batch_rows``.
+    ``None`` where the store's clock decides. Its rows: ``_storage.rows.batch_values``.
     """
 
     messages: list[Message]

@@ -193,17 +193,17 @@ class History:
         assert sql.append_one is not None
         n = len(batch.messages)
         now = _rows.now()
-        rows = _rows.batch_rows(batch, conversation, 0, now, first_entry=1)
+        roles, datas, texts = _rows.batch_columns(batch)
         params = ctx.params(
             conversation,
             n=n,
             now=now,
             key=key,
             digest=batch.digest,
-            roles=[r["role"] for r in rows],
-            datas=[r["data"] for r in rows],
-            tokens=[None if r["token_count"] is None else str(r["token_count"]) for r in rows],
-            texts=[r["search_text"] for r in rows],
+            roles=roles,
+            datas=datas,
+            tokens=[None if t is None else str(t) for t in batch.tokens],
+            texts=texts,
         )
         found = await ctx.executor.append(
             sql.append_one, sql.append_group, params, action="write to", lists=n
@@ -315,12 +315,13 @@ class History:
         now: datetime,
         first_entry: int,
     ) -> Generator[Step, Any, None]:
-        rows = _rows.batch_rows(batch, conversation, first, now, skip, first_entry=first_entry)
+        values = _rows.batch_values(batch, conversation, first, now, skip, first_entry=first_entry)
+        rows = values.rows
         sql = self._ctx.sql
         step = (
-            (EXECUTE, sql.insert_messages, rows[0])
+            (EXECUTE, sql.insert_messages, dict(zip(values.names, rows[0], strict=True)))
             if len(rows) == 1
-            else (EXECUTE_MANY, sql.insert_messages, rows)
+            else (EXECUTE_MANY, sql.insert_messages, values)
         )
         if rows:
             yield from sql.listed([step], len(rows))

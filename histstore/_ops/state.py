@@ -113,10 +113,11 @@ def replace_conversation(ctx: Context, saved: Saved) -> Program[bool]:
                 "next_entry": first_entry + n,
             },
         )
-    rows = _rows.batch_rows(saved.batch, cid, 0, now, first_entry=first_entry)
-    if rows:
-        yield from sql.listed([(EXECUTE_MANY, sql.insert_messages, rows)], len(rows))
-    if removed or rows:
+    values = _rows.batch_values(saved.batch, cid, 0, now, first_entry=first_entry)
+    if values.rows:
+        step = (EXECUTE_MANY, sql.insert_messages, values)
+        yield from sql.listed([step], len(values.rows))
+    if removed or values.rows:
         change = Change(
             "save",
             start=0,

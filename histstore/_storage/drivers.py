@@ -47,6 +47,7 @@ __all__ = [
     "Program",
     "Rollback",
     "Step",
+    "ValueRows",
     "drained",
     "for_dialect",
 ]
@@ -86,6 +87,17 @@ class Phase:
 
     def __init__(self) -> None:
         self.name = "body"
+
+
+@dataclass(frozen=True, slots=True)
+class ValueRows:
+    """The rows of an ``EXECUTE_MANY`` as lists of values in the order of ``names``, not
+    as a dict each: for many rows of one shape (a batch's messages), which then skip a
+    dict per row and reading it back. ``CompiledStatement.args_many`` takes them as
+    they are when ``names`` are its parameters in order, else by name."""
+
+    names: tuple[str, ...]
+    rows: list[list[Any]]
 
 
 class CompiledStatement:
@@ -143,14 +155,21 @@ class CompiledStatement:
         converted = [(i, proc) for i, (_, proc, _) in enumerate(self._binds) if proc is not None]
         return itemgetter(*names), converted
 
-    def args_many(self, rows: Sequence[Mapping[str, Any]], memo: Memo | None = None) -> list[Any]:
+    def args_many(
+        self, rows: Sequence[Mapping[str, Any]] | ValueRows, memo: Memo | None = None
+    ) -> list[Any]:
         """``args`` of each of ``rows`` (the rows of an ``EXECUTE_MANY``), with one memo.
 
         A row holding every bind name (as the rows built in ``_storage.rows`` do) is read
         with one ``itemgetter`` call and only its converted positions looked at; any
-        other row goes through ``args``. Both give the same arguments."""
+        other row goes through ``args``. ``ValueRows`` in the statement's order are
+        converted where a processor does, a value that is the object the row before
+        held there (a batch's rows share their time) taking that row's conversion. All
+        give the same arguments."""
         if memo is None:
             memo = {}
+        if isinstance(rows, ValueRows):
+            return self._args_of_values(rows, memo)
         if len(self._binds) < 2:
             return [self.args(row, memo) for row in rows]
         read, converted = self._read_row
@@ -188,6 +207,27 @@ class CompiledStatement:
                 out.append(value)
             else:
                 out.append(_converted(proc, value, memo))
+        return out
+
+    def _args_of_values(self, given: ValueRows, memo: Memo) -> list[Any]:
+        names = tuple(name for name, _, _ in self._binds)
+        if given.names != names:
+            return [self.args(dict(zip(given.names, row, strict=True)), memo) for row in given.rows]
+        converted = self._read_row[1]
+        last: list[tuple[Any, Any]] = [(None, None)] * len(converted)  # (value, converted)
+        out: list[Any] = []
+        for row in given.rows:
+            values = list(row)  # the given rows stay as they are
+            for k, (i, proc) in enumerate(converted):
+                value = values[i]
+                if value is None:
+                    continue
+                before, done = last[k]
+                if value is not before:  # ``given`` holds every value: no id is reused
+                    done = _converted(proc, value, memo)
+                    last[k] = (value, done)
+                values[i] = done
+            out.append(values)
         return out
 
 

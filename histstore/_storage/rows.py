@@ -2,8 +2,10 @@
 store's clock.
 
 A row is a dict of the table's column names, as ``insert_messages`` and
-``insert_change`` (``_storage.statements``) take it. The builders check nothing: what
-they are given was validated before (``_core.rules``, ``_editable``).
+``insert_change`` (``_storage.statements``) take it; a batch's message rows are lists of
+values in the table's column order (``batch_values``, ``drivers.ValueRows``). The
+builders check nothing: what they are given was validated before (``_core.rules``,
+``_editable``).
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ from .._core.search_text import indexed_text
 from .._editable.change_log import encode
 from .._editable.changes import Change
 from .._editable.entries import TurnRecord
+from .drivers import ValueRows
+from .schema import messages
 
 __all__ = [
+    "MESSAGE_COLUMNS",
     "SEARCH_TEXT_BYTES",
-    "batch_rows",
+    "batch_columns",
+    "batch_values",
     "change_row",
     "message_row",
     "now",
@@ -111,7 +117,26 @@ def message_row(
     }
 
 
-def batch_rows(
+MESSAGE_COLUMNS = tuple(c.name for c in messages.columns)
+"""The messages table's columns, in its order: what ``insert_messages`` takes, and the
+order of the values of ``batch_values``."""
+
+
+def batch_columns(batch: Batch, skip: int = 0) -> tuple[list[str], list[str], list[str | None]]:
+    """The ``role``, ``data`` and ``search_text`` columns of ``batch.messages[skip:]``
+    (each message's JSON object read once, and kept on the message)."""
+    roles: list[str] = []
+    datas: list[str] = []
+    texts: list[str | None] = []
+    for m in batch.messages[skip:]:
+        d = message_data(m)
+        roles.append(role_key(role_in(d)))
+        datas.append(m.to_json())
+        texts.append(stored_search_text(d))
+    return roles, datas, texts
+
+
+def batch_values(
     batch: Batch,
     conversation: str,
     first: int,
@@ -119,26 +144,31 @@ def batch_rows(
     skip: int = 0,
     *,
     first_entry: int,
-) -> list[Row]:
+) -> ValueRows:
     """Message rows for ``batch.messages[skip:]``, placed from position ``first`` on, as
     new entries (no author) with the ids from ``first_entry`` on; a message without a
-    time of its own (``batch.times``) is made ``at``."""
+    time of its own (``batch.times``) is made ``at``. As lists of values in
+    ``MESSAGE_COLUMNS`` order, the form ``insert_messages`` takes many rows in at the
+    least cost."""
     times, tokens = batch.times, batch.tokens
-    return [
-        message_row(
-            conversation,
-            first + i,
-            role=role_key(role_in(d)),
-            data=m.to_json(),
-            token_count=tokens[skip + i],
-            created_at=(times[skip + i] if times is not None else None) or at,
-            search_text=stored_search_text(d),
-            entry_id=first_entry + i,
-            author=None,
-        )
-        for i, m in enumerate(batch.messages[skip:])
-        for d in (message_data(m),)  # decoded once, kept on the message
-    ]
+    roles, datas, texts = batch_columns(batch, skip)
+    return ValueRows(
+        MESSAGE_COLUMNS,
+        [
+            [
+                conversation,
+                first + i,
+                roles[i],
+                datas[i],
+                tokens[skip + i],
+                (times[skip + i] if times is not None else None) or at,
+                texts[i],
+                first_entry + i,
+                None,
+            ]
+            for i in range(len(datas))
+        ],
+    )
 
 
 def change_row(

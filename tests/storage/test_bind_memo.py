@@ -13,7 +13,7 @@ from sqlalchemy import BigInteger, String, bindparam, select
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql import asyncpg
 
-from histstore._storage.drivers import CompiledStatement, Memo
+from histstore._storage.drivers import CompiledStatement, Memo, ValueRows
 from histstore._storage.schema import UTCDateTime
 
 NEW_YORK = ZoneInfo("America/New_York")
@@ -61,3 +61,37 @@ def test_args_many_gives_each_row_its_args(dialect: object, rows: list[dict[str,
     for made in (select(c, n, t, t), select(c, n, t, n + 1)):
         stmt = CompiledStatement(made, dialect)  # type: ignore[arg-type]
         assert stmt.args_many(rows, {}) == [stmt.args(row) for row in rows]
+
+
+TIMES = st.none() | st.datetimes(min_value=datetime(1970, 1, 2), timezones=st.just(timezone.utc))  # noqa: DTZ001
+
+
+@pytest.mark.parametrize("dialect", [sqlite.dialect(), asyncpg.dialect()], ids=["sqlite", "pg"])
+@given(
+    values=st.lists(st.tuples(st.text(max_size=5), st.none() | st.integers(), TIMES), max_size=8),
+    shared=st.booleans(),
+)
+def test_value_rows_give_each_row_its_args(
+    dialect: object, values: list[tuple[object, ...]], shared: bool
+) -> None:
+    """``ValueRows`` (lists of values in the statement's order; one time object shared by
+    the rows, as a batch's are, or not) give what ``args`` gives each row as a dict, and
+    are left as they were; in another order they are read by name."""
+    if shared and values:
+        one = values[0][2]
+        values = [(c, n, one) for c, n, _ in values]
+    names = ("c", "n", "t")
+    stmt = CompiledStatement(
+        select(
+            bindparam("c", type_=String),
+            bindparam("n", type_=BigInteger),
+            bindparam("t", type_=UTCDateTime()),
+        ),
+        dialect,  # type: ignore[arg-type]
+    )
+    want = [stmt.args(dict(zip(names, v, strict=True))) for v in values]
+    rows = [list(v) for v in values]
+    assert stmt.args_many(ValueRows(names, rows), {}) == want
+    assert rows == [list(v) for v in values]
+    reordered = [list(reversed(v)) for v in values]
+    assert stmt.args_many(ValueRows(names[::-1], reordered), {}) == want
