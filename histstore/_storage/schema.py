@@ -33,6 +33,7 @@ from .statements.kinds import is_sqlite
 
 __all__ = [
     "CONVERSATION_TABLES",
+    "FTS_LISTED",
     "FTS_TABLE",
     "LISTED_CHANGE",
     "PG_SEARCH_TABLES",
@@ -63,6 +64,11 @@ VERSION_TABLE = "histstore_alembic_version"
 FTS_TABLE = "histstore_messages_fts"
 """SQLite's full-text index of ``messages.search_text`` (an FTS5 table; its shadow
 tables are named after it)."""
+FTS_LISTED = "histstore_messages_fts_listed"
+"""SQLite's pending list of the full-text index: the rowids of messages FTS5 does not
+hold yet (``_storage.search_index``; named ``histstore_messages_fts_pending`` until
+revision c8d2f4a6e1b9, so that an older process, which would index the text it no longer
+finds in ``search_text``, cannot take messages off the list)."""
 UNLISTED_FTS = "histstore_unlisted_fts"
 """A read-only SQLite store's per-search FTS5 table (in the connection's temporary
 database) of the messages on the full-text index's pending list (``_storage.search_index``)."""

@@ -45,18 +45,24 @@ import asyncio
 from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, bindparam, delete, func, literal_column, select, text
+from sqlalchemy import (
+    ColumnElement,
+    and_,
+    bindparam,
+    column,
+    delete,
+    func,
+    literal_column,
+    select,
+    table,
+    text,
+)
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.types import BigInteger, Text
 
 from . import schema as s
 from .drivers import EXECUTE, FETCH, Driver, Program, Step
-from .statements.search import (
-    SQLITE_MESSAGE_TEXT,
-    message_text,
-    search_pending,
-    search_vectors,
-)
+from .statements.search import message_text, search_pending, search_vectors
 
 __all__ = [
     "CHUNK",
@@ -68,12 +74,8 @@ __all__ = [
     "VectorIndex",
 ]
 
-PENDING_TABLE = "histstore_messages_fts_listed"
-"""The rowids of messages whose text FTS5 does not hold yet (SQLite; named
-``histstore_messages_fts_pending`` until revision c8d2f4a6e1b9, so that an older
-process, which would index the text it no longer finds in ``search_text``, cannot take
-messages off the list)."""
-_TEXT = SQLITE_MESSAGE_TEXT.format(m="m")
+PENDING_TABLE = s.FTS_LISTED
+"""The rowids of messages whose text FTS5 does not hold yet (SQLite; see the name)."""
 
 CHUNK = 20_000
 """Listed messages indexed in one transaction at most by the background indexer (about
@@ -95,27 +97,28 @@ class PendingIndex:
         )
         self.any = compile_(text(f"SELECT 1 FROM {PENDING_TABLE} LIMIT 1"))  # noqa: S608 - names, no input
         """One row when the list holds any message."""
-        self._index = compile_(
-            text(
-                "INSERT INTO histstore_messages_fts(rowid, search_text)"  # noqa: S608 - names, no input
-                f" SELECT rowid, t FROM (SELECT m.rowid AS rowid, {_TEXT} AS t"
-                f" FROM {PENDING_TABLE} AS p"
-                " JOIN histstore_messages AS m ON m.rowid = p.message_rowid"
-                " WHERE p.message_rowid <= :upto) WHERE t IS NOT NULL"
-            ).bindparams(row)
-        )
+        # The listed messages' rowids and text (``statements.search.message_text``), found
+        # by rowid from the list (a join lets SQLite walk the messages table instead).
+        pending = table(PENDING_TABLE, column("message_rowid"))
+        rowid: ColumnElement[int] = literal_column("histstore_messages.rowid")
+
+        def with_text(*listed: ColumnElement[bool]) -> Any:
+            found = (
+                select(rowid.label("rowid"), message_text(driver.dialect, s.messages).label("t"))
+                .where(rowid.in_(select(pending.c.message_rowid).where(*listed)))
+                .subquery("listed")
+            )
+            return select(found.c.rowid, found.c.t).where(found.c.t.is_not(None))
+
+        fts = table(s.FTS_TABLE, column("rowid"), column("search_text"))
+        upto = with_text(pending.c.message_rowid <= row)
+        self._index = compile_(fts.insert().from_select(["rowid", "search_text"], upto))
         self._unlist = compile_(
             text(
                 f"DELETE FROM {PENDING_TABLE} WHERE message_rowid <= :upto"  # noqa: S608 - names, no input
             ).bindparams(row)
         )
-        self.listed = compile_(
-            text(
-                f"SELECT rowid, t FROM (SELECT m.rowid AS rowid, {_TEXT} AS t"  # noqa: S608 - names, no input
-                f" FROM {PENDING_TABLE} AS p JOIN histstore_messages AS m"
-                " ON m.rowid = p.message_rowid) WHERE t IS NOT NULL"
-            )
-        )
+        self.listed = compile_(with_text())
         """The listed messages' rowids and text (for ``temp_fts``)."""
         self.temp_fts = compile_(
             text(

@@ -44,7 +44,6 @@ from .. import schema as s
 from ..drivers import EXECUTE, FETCH, Step
 
 __all__ = [
-    "SQLITE_MESSAGE_TEXT",
     "ListedInserts",
     "message_text",
     "search",
@@ -52,13 +51,6 @@ __all__ = [
     "search_terms",
     "search_vectors",
 ]
-
-SQLITE_MESSAGE_TEXT = (
-    "nullif(coalesce({m}.search_text, CASE WHEN json_type({m}.data, '$.content') = 'text'"
-    " THEN json_extract({m}.data, '$.content') END), '')"
-)
-"""``message_text`` on SQLite as SQL text, ``{m}`` the messages table's name or alias
-(for the statements of ``_storage.search_index``, which are SQL text)."""
 
 
 def message_text(dialect: Dialect, m: Any) -> ColumnElement[Any]:
@@ -250,7 +242,7 @@ class ListedInserts:
         if dialect.name == "sqlite":
             self._last = compile_(select(func.max(literal_column("rowid"))).select_from(s.messages))
             listing = (
-                "INSERT OR IGNORE INTO histstore_messages_fts_listed (message_rowid)"
+                f"INSERT OR IGNORE INTO {s.FTS_LISTED} (message_rowid)"  # noqa: S608 - names, no input
                 " SELECT rowid FROM histstore_messages WHERE rowid > {}"
             )
             self._list = compile_(text(listing.format(":after")))
