@@ -148,43 +148,58 @@ class CompiledStatement:
         return self._compiled[1]
 
     @cached_property
-    def _read_row(self) -> tuple[Callable[[Mapping[str, Any]], Any], list[tuple[int, Convert]]]:
-        """What ``args_many`` reads a row with: one ``itemgetter`` of every bind name,
-        and the positions whose values a processor converts."""
-        names = [name for name, _, _ in self._binds]
+    def _read_row(
+        self,
+    ) -> tuple[tuple[str, ...], Callable[[Mapping[str, Any]], Any], list[tuple[int, Convert]]]:
+        """What ``args_many`` reads rows with: the bind names in order, one ``itemgetter``
+        of them all (for a dict row), and the positions whose values a processor
+        converts."""
+        names = tuple(name for name, _, _ in self._binds)
+        read = itemgetter(*names) if len(names) > 1 else (lambda row: [row[n] for n in names])
         converted = [(i, proc) for i, (_, proc, _) in enumerate(self._binds) if proc is not None]
-        return itemgetter(*names), converted
+        return names, read, converted
 
     def args_many(
         self, rows: Sequence[Mapping[str, Any]] | ValueRows, memo: Memo | None = None
     ) -> list[Any]:
         """``args`` of each of ``rows`` (the rows of an ``EXECUTE_MANY``), with one memo.
 
-        A row holding every bind name (as the rows built in ``_storage.rows`` do) is read
-        with one ``itemgetter`` call and only its converted positions looked at; any
-        other row goes through ``args``. ``ValueRows`` in the statement's order are
-        converted where a processor does, a value that is the object the row before
-        held there (a batch's rows share their time) taking that row's conversion. All
-        give the same arguments."""
+        ``ValueRows`` in the statement's order are taken as they are; a dict row holding
+        every bind name (as ``_storage.rows`` builds them) is read with one
+        ``itemgetter`` call; any other row by name, with the statement's own values
+        where it has none. Then only the values a processor converts are looked at, a
+        value that is the object the row before held there (a batch's rows share their
+        time) taking that row's conversion. All give the same arguments as ``args``."""
         if memo is None:
             memo = {}
-        if isinstance(rows, ValueRows):
-            return self._args_of_values(rows, memo)
-        if len(self._binds) < 2:
-            return [self.args(row, memo) for row in rows]
-        read, converted = self._read_row
+        names, read, converted = self._read_row
+        values: Sequence[Sequence[Any]]
+        if isinstance(rows, ValueRows) and rows.names == names:
+            values = rows.rows
+        else:
+            if isinstance(rows, ValueRows):  # another order: by name
+                rows = [dict(zip(rows.names, row, strict=True)) for row in rows.rows]
+            read_rows: list[Sequence[Any]] = []
+            for row in rows:
+                try:
+                    read_rows.append(read(row))
+                except KeyError:
+                    read_rows.append([row.get(name, value) for name, _, value in self._binds])
+            values = read_rows
+        last: list[tuple[Any, Any]] = [(None, None)] * len(converted)  # (value, converted)
         out: list[Any] = []
-        for row in rows:
-            try:
-                values = list(read(row))
-            except KeyError:
-                out.append(self.args(row, memo))
-                continue
-            for i, proc in converted:
-                value = values[i]
-                if value is not None:
-                    values[i] = _converted(proc, value, memo)
-            out.append(values)
+        for given in values:
+            args = list(given)  # the given rows stay as they are
+            for k, (i, proc) in enumerate(converted):
+                value = args[i]
+                if value is None:
+                    continue
+                before, done = last[k]
+                if value is not before:  # ``rows`` holds every value: no id is reused
+                    done = _converted(proc, value, memo)
+                    last[k] = (value, done)
+                args[i] = done
+            out.append(args)
         return out
 
     def args(self, params: Mapping[str, Any], memo: Memo | None = None) -> list[Any]:
@@ -207,27 +222,6 @@ class CompiledStatement:
                 out.append(value)
             else:
                 out.append(_converted(proc, value, memo))
-        return out
-
-    def _args_of_values(self, given: ValueRows, memo: Memo) -> list[Any]:
-        names = tuple(name for name, _, _ in self._binds)
-        if given.names != names:
-            return [self.args(dict(zip(given.names, row, strict=True)), memo) for row in given.rows]
-        converted = self._read_row[1]
-        last: list[tuple[Any, Any]] = [(None, None)] * len(converted)  # (value, converted)
-        out: list[Any] = []
-        for row in given.rows:
-            values = list(row)  # the given rows stay as they are
-            for k, (i, proc) in enumerate(converted):
-                value = values[i]
-                if value is None:
-                    continue
-                before, done = last[k]
-                if value is not before:  # ``given`` holds every value: no id is reused
-                    done = _converted(proc, value, memo)
-                    last[k] = (value, done)
-                values[i] = done
-            out.append(values)
         return out
 
 
