@@ -65,10 +65,8 @@ FTS_TABLE = "histstore_messages_fts"
 """SQLite's full-text index of ``messages.search_text`` (an FTS5 table; its shadow
 tables are named after it)."""
 FTS_LISTED = "histstore_messages_fts_listed"
-"""SQLite's pending list of the full-text index: the rowids of messages FTS5 does not
-hold yet (``_storage.search_index``; named ``histstore_messages_fts_pending`` until
-revision c8d2f4a6e1b9, so that an older process, which would index the text it no longer
-finds in ``search_text``, cannot take messages off the list)."""
+"""SQLite's pending list of the full-text index (``_storage.search_index``): renamed by
+revision c8d2f4a6e1b9 from ``..._pending``, so that no older process indexes it."""
 UNLISTED_FTS = "histstore_unlisted_fts"
 """A read-only SQLite store's per-search FTS5 table (in the connection's temporary
 database) of the messages on the full-text index's pending list (``_storage.search_index``)."""
@@ -180,11 +178,9 @@ messages = Table(
     Column("data", Text, nullable=False),
     Column("token_count", Integer, nullable=True),
     Column("created_at", UTCDateTime, nullable=False),
-    # What search finds the message by where that is not its string ``content``
-    # (``rows.stored_search_text``, revision c8d2f4a6e1b9): NULL when it is the content
-    # (the common message: its text is not stored twice) or when the message has no
-    # text, '' for no text beside a string content. The full-text index covers
-    # ``statements.search.message_text``, this column or the content: on SQLite the FTS5
+    # What search finds the message by, where not its string ``content`` (NULL then, or
+    # with no text; '' for no text beside a string content: ``rows.stored_search_text``).
+    # The full-text index covers ``statements.search.message_text``: on SQLite the FTS5
     # table ``histstore_messages_fts`` (external content: a view of that text), on
     # Postgres the tables ``PG_SEARCH_TABLES``. Neither is described here: both are the
     # migrations' (``_storage.statements.search`` holds the queries that use them).
