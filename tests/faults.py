@@ -10,6 +10,8 @@ import aiosqlite
 import asyncpg
 import pytest
 
+from histstore._storage import engine
+
 
 def _verb(sql: object) -> str:
     return sql.strip().rstrip(";").strip().upper() if isinstance(sql, str) else ""
@@ -37,8 +39,10 @@ class Faults:
         # Postgres statements that are their own transaction (the append alone, and a
         # group's): a commit fault fires there, as a connection cut during them.
         self.own_transactions: tuple[str, ...] = ("WITH GROWN AS", "WITH BATCHES AS")
+        self._setting_up: set[int] = set()  # connections being set up: no commit fault
         self._patch_aiosqlite(monkeypatch)
         self._patch_asyncpg(monkeypatch)
+        self._patch_connection_setup(monkeypatch)
 
     def _insert_fails(self, verb: str) -> bool:
         table = self.fail_insert_into
@@ -47,6 +51,21 @@ class Faults:
     def _take_commit_fault(self) -> str | None:
         mode, self.commit_mode = self.commit_mode, None  # fires once
         return mode
+
+    def _patch_connection_setup(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A commit fault is meant for a store's write: the transaction in which a new
+        connection behind a pooler settles its session (``_storage.engine``) commits
+        without it, whichever call opened that connection."""
+        setup = engine._settle_pooled
+
+        async def settle(conn: Any) -> None:
+            self._setting_up.add(id(conn))
+            try:
+                await setup(conn)
+            finally:
+                self._setting_up.discard(id(conn))
+
+        monkeypatch.setattr(engine, "_settle_pooled", settle)
 
     def _commit_failed(self, error: Exception) -> Exception:
         self.commits_failed += 1
@@ -145,7 +164,7 @@ class Faults:
         orig_execute = asyncpg.connection.Connection.execute
 
         async def execute(conn: Any, query: str, *args: Any, **kwargs: Any) -> Any:
-            if _verb(query) == "COMMIT":
+            if _verb(query) == "COMMIT" and id(conn) not in self._setting_up:
                 return await self._commit(
                     lambda: orig_execute(conn, query, *args, **kwargs),
                     lambda: orig_execute(conn, "ROLLBACK;"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from time import monotonic
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -19,11 +20,11 @@ class ConnectionCache:
 
     Taking a connection from SQLAlchemy's pool and giving it back runs two greenlets and
     costs about as much as a short query, so the executor keeps the connections it used,
-    up to ``limit``, and takes the newest. It keeps at most ``pool_size - 1`` (none for
-    an in-memory database, whose only connection SQLAlchemy-run work needs), so the pool
-    always has connections for the rest of the store. A connection idle for longer than
-    ``max_idle`` seconds goes back to the pool (which then applies pre-ping and
-    recycling); ``close()`` gives every one back.
+    up to ``limit``, and takes the newest. A store's caches keep at most ``pool_size - 1``
+    together (none for an in-memory database, whose only connection SQLAlchemy-run work
+    needs), so the pool always has connections for the rest of the store. A connection
+    idle for longer than ``max_idle`` seconds goes back to the pool (which then applies
+    pre-ping and recycling); ``close()`` gives every one back.
     """
 
     def __init__(self, engine: AsyncEngine, *, limit: int, max_idle: float = 10.0) -> None:
@@ -36,11 +37,19 @@ class ConnectionCache:
         self._sweeper: asyncio.Task[None] | None = None
 
     @classmethod
-    def for_engine(cls, engine: AsyncEngine) -> ConnectionCache:
-        """A cache sized to leave ``engine``'s pool at least one connection."""
+    def for_engine(
+        cls, engine: AsyncEngine, *, limit: int = 16, reserve: int = 0
+    ) -> ConnectionCache:
+        """A cache of at most ``limit`` connections that leaves ``engine``'s pool
+        ``reserve`` connections and one more."""
         pool_ = engine.sync_engine.pool
         size = pool_.size() if isinstance(pool_, QueuePool) else 0
-        return cls(engine, limit=max(0, min(_MAX_CACHED, size - 1)))
+        return cls(engine, limit=max(0, min(limit, size - 1 - reserve)))
+
+    @property
+    def limit(self) -> int:
+        """How many connections the cache keeps at most."""
+        return self._limit
 
     @property
     def idle(self) -> int:
@@ -112,17 +121,17 @@ class ConnectionCache:
             await greenlet_spawn(raw.close)
 
 
-_MAX_CACHED = 16
-
-
 async def release_connections(
-    cache: ConnectionCache, engine: AsyncEngine, dispose: bool, *, orphaned: bool
+    caches: Sequence[ConnectionCache], engine: AsyncEngine, dispose: bool, *, orphaned: bool
 ) -> None:
-    """Close ``cache`` and, with ``dispose``, ``engine``: on the loop the connections belong
-    to, or, ``orphaned``, on another after that loop has closed (see ``_storage.orphans``)."""
+    """Close ``caches`` and, with ``dispose``, ``engine``: on the loop the connections
+    belong to, or, ``orphaned``, on another after that loop has closed (see
+    ``_storage.orphans``)."""
     if orphaned:
-        await release_orphaned(engine, cache.abandon(), dispose=dispose)
+        kept = [raw for cache in caches for raw in cache.abandon()]
+        await release_orphaned(engine, kept, dispose=dispose)
         return
-    await cache.close()
+    for cache in caches:
+        await cache.close()
     if dispose:
         await engine.dispose()

@@ -22,7 +22,7 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.util import greenlet_spawn
 
 from .._errors import HistStoreError
-from .append_groups import AppendGroups, statement_sender
+from .append_groups import IN_FLIGHT, AppendGroups, statement_sender
 from .completion import run_to_completion
 from .connections import ConnectionCache, release_connections
 from .dberrors import DATABASE_ERRORS, DatabaseFailure, connection_lost, failure, not_committed
@@ -70,10 +70,14 @@ class Executor:
         self.engine = engine
         """The engine (with the store's schema, when it has one)."""
         self._sqlite = sqlite
-        self._cache = ConnectionCache.for_engine(engine)
+        # PostgreSQL: single-statement writes (appends, indexing runs) keep ``IN_FLIGHT``
+        # connections of their own: each server session plans prepared statements and
+        # loads the written tables' catalog entries for itself, so only these do it.
+        writes = IN_FLIGHT if sqlite is None else 0
+        self._statement_writes = ConnectionCache.for_engine(engine, limit=writes, reserve=1)
+        self._cache = ConnectionCache.for_engine(engine, reserve=self._statement_writes.limit)
         self._in_memory = is_memory_url(engine.url)
         self._closed = False
-        self._loop: asyncio.AbstractEventLoop | None = None
         with_settings: dict[str, Any] = {} if sqlite is None else {SETTINGS_OPTION: sqlite}
         self._engines = {
             mode: engine.execution_options(
@@ -82,7 +86,7 @@ class Executor:
             for mode in ("read", "snapshot", "write")
         }
         try:
-            self._loop = asyncio.get_running_loop()
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
         # SQLite has one write lock per file. Writers of this store queue for it here,
@@ -120,7 +124,7 @@ class Executor:
     @property
     def idle_connections(self) -> int:
         """Connections kept for the next calls (checked out of the pool, unused)."""
-        return self._cache.idle
+        return self._cache.idle + self._statement_writes.idle
 
     def refuse_writes(self, action: str, conversation: str | None) -> None:
         """Raise ``DatabaseFailure`` (nothing done) when the store is read-only."""
@@ -156,7 +160,8 @@ class Executor:
             if self._indexer is not None:
                 await self._indexer.close()
         self._closed = True
-        await release_connections(self._cache, self._base_engine, dispose, orphaned=orphaned)
+        kept = (self._cache, self._statement_writes)
+        await release_connections(kept, self._base_engine, dispose, orphaned=orphaned)
 
     def listed(self, messages: int = 1) -> None:
         """A write committed outside the groups: what it listed for the full-text index
@@ -197,8 +202,8 @@ class Executor:
 
     # ------------------------------------------------------------------ connections
 
-    async def checkout(self) -> PoolProxiedConnection:
-        """A connection from the cache or the pool that the driver does not know to be
+    async def checkout(self, cache: ConnectionCache) -> PoolProxiedConnection:
+        """A connection from ``cache`` or the pool that the driver does not know to be
         gone: one the server closed while it was idle (a restart, an idle timeout) is
         invalidated, so the pool opens a new one, before anything is sent on it.
 
@@ -206,16 +211,16 @@ class Executor:
         unnoticed fails its call with ``DatabaseFailure`` and is never reused.
         """
         for _ in range(_MAX_STALE):
-            raw = await self._cache.get()
+            raw = await cache.get()
             conn = raw.driver_connection
             if conn is None or not self.driver.closed(conn):
                 return raw
             await greenlet_spawn(raw.invalidate)
-        return await self._cache.get()
+        return await cache.get()
 
-    def _connection(self) -> LentConnection:
-        """A driver connection, lent for an ``async with`` (``_storage.lending``)."""
-        return LentConnection(self)
+    def _connection(self, cache: ConnectionCache | None = None) -> LentConnection:
+        """A driver connection from ``cache`` (else the main one), lent (``_storage.lending``)."""
+        return LentConnection(self, self._cache if cache is None else cache)
 
     def _writing(self, action: str, conversation: str | None) -> WriteTurn:
         """This store's SQLite write turn, held for an ``async with`` (nothing on
@@ -232,11 +237,6 @@ class Executor:
     def sqlite(self) -> SqliteSettings | None:
         """The SQLite settings every connection gets (``None`` on Postgres)."""
         return self._sqlite
-
-    @property
-    def cache(self) -> ConnectionCache:
-        """The connections kept between calls."""
-        return self._cache
 
     # ------------------------------------------------------------------ running
 
@@ -301,7 +301,7 @@ class Executor:
         async def run() -> T:
             phase = Phase()
             try:
-                async with self._connection() as conn:
+                async with self._connection(self._statement_writes if single else None) as conn:
                     if single:
                         phase.name = "commit"  # its own commit, from the moment it is sent
                     value = await self.driver.run(

@@ -23,6 +23,7 @@ from .engine import SETUP_KEY, sqlite_setup
 from .write_gate import WriteGate
 
 if TYPE_CHECKING:
+    from .connections import ConnectionCache
     from .executor import Executor
 
 __all__ = ["READ_SLOTS", "LentConnection", "WriteTurn"]
@@ -46,15 +47,16 @@ class LentConnection:
     invalidated (the pool opens another) instead of being reused.
     """
 
-    __slots__ = ("_executor", "_raw")
+    __slots__ = ("_cache", "_executor", "_raw")
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: Executor, cache: ConnectionCache) -> None:
         self._executor = executor
+        self._cache = cache
         self._raw: PoolProxiedConnection | None = None
 
     async def __aenter__(self) -> Any:
         executor = self._executor
-        raw = self._raw = await executor.checkout()
+        raw = self._raw = await executor.checkout(self._cache)
         try:
             conn = raw.driver_connection
             assert conn is not None
@@ -103,7 +105,7 @@ class LentConnection:
                 await greenlet_spawn(raw.invalidate)
         finally:
             if healthy:
-                await self._executor.cache.put(raw)
+                await self._cache.put(raw)
             else:
                 await greenlet_spawn(raw.close)
 

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 from conftest import Backend
-from helpers import connections_in_use, new_id, user_msgs
+from helpers import connections_in_use, empty_pg_database, new_id, user_msgs
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 import histstore
+from histstore._storage.append_groups import IN_FLIGHT
 from histstore._storage.connections import ConnectionCache
 from histstore._storage.engine import resolve_target
 from histstore._storage.lending import READ_SLOTS
@@ -133,7 +134,8 @@ async def test_idle_connections_go_back_without_a_further_call(borrowed: AsyncEn
     """A burst leaves connections kept for the next calls; they go back to the pool once
     idle, even when no call comes to notice."""
     async with histstore.connect(borrowed) as store:
-        store._executor._cache._max_idle = 0.1
+        for cache in (store._executor._cache, store._executor._statement_writes):
+            cache._max_idle = 0.1
         c = new_id()
         await asyncio.gather(*(store.read(c) for _ in range(4)), store.write(c, user_msgs(1)))
         assert store._executor.idle_connections >= 1
@@ -158,3 +160,38 @@ async def test_concurrent_reads_of_an_sqlite_file_share_a_few_connections(
         assert all(len(r) == 20 for r in reads)
         if backend.name == "sqlite-file":
             assert opened[0] - before <= READ_SLOTS
+
+
+async def test_postgres_appends_keep_a_few_sessions_of_their_own(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Concurrent turns' appends run on at most ``IN_FLIGHT`` server sessions, which
+    then plan the write statements once each; the reads beside them use other sessions."""
+    async with empty_pg_database() as url, histstore.connect(url, migrate=True) as store:
+        driver = store._executor.driver
+        run, fetch = driver.run, driver.fetch
+        writers: set[int] = set()
+        readers: set[int] = set()
+
+        async def recording_run(conn: Any, *args: Any, begin: bool, end: bool) -> Any:
+            if not begin:  # a statement that is its own transaction: an append
+                writers.add(conn.get_server_pid())
+            return await run(conn, *args, begin=begin, end=end)
+
+        async def recording_fetch(conn: Any, *args: Any) -> Any:
+            readers.add(conn.get_server_pid())
+            return await fetch(conn, *args)
+
+        monkeypatch.setattr(driver, "run", recording_run)
+        monkeypatch.setattr(driver, "fetch", recording_fetch)
+        ids = [new_id() for _ in range(16)]
+
+        async def turns(c: str) -> None:
+            for _ in range(6):
+                await store.read(c, limit=20)
+                await store.write(c, user_msgs(2))
+
+        await asyncio.gather(*(turns(c) for c in ids))
+        assert [await store.count(c) for c in ids] == [12] * 16
+        assert 1 <= len(writers) <= IN_FLIGHT
+        assert len(readers - writers) > 1

@@ -227,9 +227,13 @@ class RowLock:
             self.conn = None
 
     async def waiting_pid(self) -> int:
-        """The backend of the session that waits for this lock (polls until one does)."""
+        """The backend of the session that waits for this lock (polls until one does).
+
+        Each poll drops the transaction's snapshot of the sessions' activity, which would
+        otherwise stay as the first poll found it (the writer may still be connecting)."""
         assert self.conn is not None
         for _ in range(500):
+            await self.conn.execute("SELECT pg_stat_clear_snapshot()")
             pid = await self.conn.fetchval(
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
                 " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid() LIMIT 1"
