@@ -11,12 +11,11 @@ again.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
-from ._core.ids import validate_id
+from ._core.ids import new_key, validate_id
 from ._core.models import Message, MessageLike, WriteOutcome, as_message
 from ._errors import CommitError, ConflictError, HistStoreError, InvalidMessage
 
@@ -88,7 +87,7 @@ class HistoryChat:
         self, conversation: str, new: list[Message], reply: list[Message], at: int
     ) -> list[Message]:
         batch = [*new, *reply]
-        key = uuid.uuid4().hex
+        key = new_key()
         try:
             await self.store.write(conversation, batch, at=at, idempotency_key=key)
         except Exception as exc:

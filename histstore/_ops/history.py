@@ -10,14 +10,13 @@ same program, under the same lock: there is no second write path.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from .._core import codec as _codec
 from .._core import rules as _rules
-from .._core.ids import validate_id
+from .._core.ids import new_key, validate_id
 from .._core.models import Message, MessageLike, WriteOutcome, stored_message
 from .._editable.changes import Change
 from .._errors import ConflictError, HistStoreError, InvalidMessage, WriteError
@@ -139,7 +138,7 @@ class History:
             key = (
                 validate_id(idempotency_key, what="idempotency key")
                 if idempotency_key is not None
-                else uuid.uuid4().hex
+                else new_key()
             )
             batch = await self.prepare(conversation, messages)
         except HistStoreError as exc:
