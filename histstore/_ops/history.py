@@ -315,15 +315,10 @@ class History:
         first_entry: int,
     ) -> Generator[Step, Any, None]:
         values = _rows.batch_values(batch, conversation, first, now, skip, first_entry=first_entry)
-        rows = values.rows
         sql = self._ctx.sql
-        step = (
-            (EXECUTE, sql.insert_messages, dict(zip(values.names, rows[0], strict=True)))
-            if len(rows) == 1
-            else (EXECUTE_MANY, sql.insert_messages, values)
-        )
-        if rows:
-            yield from sql.listed([step], len(rows))
+        if values.rows:
+            step = (EXECUTE_MANY, sql.insert_messages, values)
+            yield from sql.listed([step], len(values.rows))
 
     def _known(
         self, conversation: str, batch: _rules.Batch, record: Sequence[Any], length: int

@@ -77,16 +77,16 @@ class PostgresDriver(Driver):
         self, conn: Any, stmt: CompiledStatement, params: Any, many: bool, memo: Memo
     ) -> None:
         statement = await self._statement(conn, stmt.sql)
-        if many:
-            rows = stmt.args_many(params, memo)
+        rows = stmt.args_many(params, memo) if many else [stmt.args(params, memo)]
+        if len(rows) == 1:  # one execution, without executemany's pipeline
             if statement is not None:
-                await statement.executemany(rows)
+                await statement.fetch(*rows[0])
             else:
-                await conn.executemany(stmt.sql, rows)
+                await conn.execute(stmt.sql, *rows[0])
         elif statement is not None:
-            await statement.fetch(*stmt.args(params, memo))
+            await statement.executemany(rows)
         else:
-            await conn.execute(stmt.sql, *stmt.args(params, memo))
+            await conn.executemany(stmt.sql, rows)
 
     def in_transaction(self, conn: Any) -> bool:
         if conn.is_closed():

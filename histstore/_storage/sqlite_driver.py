@@ -256,9 +256,13 @@ def execute_many(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any
     insert the same rows in the same order.
 
     One statement of many rows inserts them faster than a statement per row (by a
-    tenth or more for a batch of 100 messages). Other statements run as they are.
+    tenth or more for a batch of 100 messages). Other statements run as they are, and
+    one row as one ``execute``.
     """
-    cap = _rows_per_statement(sql) if len(rows) > 1 else 0
+    if len(rows) == 1:
+        conn.execute(sql, rows[0])
+        return
+    cap = _rows_per_statement(sql) if rows else 0
     if cap < 2:
         conn.executemany(sql, rows)
         return
