@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.ids import validate_id
-from .._core.models import Message, peek_data, role_in, stored_message
+from .._core.models import Message, peek_data, stored_message
 from .._editable.change_log import Logged, logged, rebuild, written
 from .._editable.changes import Change, first_touched
 from .._editable.conversation import Conversation
@@ -136,17 +136,18 @@ def _entry_row(
     ``count_tokens``; made ``now`` when the entry has no time)."""
     m = entry.message
     count = ctx.settings.count_tokens
-    data = peek_data(m)  # a message read back stays undecoded: a revert may put back many
+    # A message read back stays undecoded (``peek_data``): a revert may put back many.
+    role, data, search_text = _rows.message_columns(m, peek_data(m))
     return _rows.message_row(
         conversation,
         position,
-        role=_rules.role_key(role_in(data)),
-        data=m.to_json(),
+        role=role,
+        data=data,
         token_count=None
         if count is None
         else _rules.counted(count, m, conversation, f"the message at position {position}"),
         created_at=entry.created_at or now,
-        search_text=_rows.stored_search_text(data),
+        search_text=search_text,
         entry_id=eid(entry),
         author=entry.author,
     )

@@ -11,7 +11,7 @@ from .._core.ids import validate_id
 from .._core.models import as_message, message_data, stored_message
 from .._core.search_text import Hit, parse_query
 from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, CompiledStatement, Program
-from .._storage.rows import stored_search_text
+from .._storage.rows import message_columns
 from .._storage.statements import search as _search
 from ..envelopes import ROLES
 from .context import Context
@@ -136,5 +136,5 @@ def as_written(data: str) -> tuple[str, str, str | None]:
         role = ROLES[kind](inner)
         if role is not None:
             message = as_message({"role": role, **message_data(message)})
-    text = stored_search_text(message)
-    return message.to_json(), _rules.role_key(message.role), text
+    role, written, text = message_columns(message)
+    return written, role, text

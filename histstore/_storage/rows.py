@@ -10,6 +10,7 @@ builders check nothing: what they are given was validated before (``_core.rules`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -29,6 +30,7 @@ __all__ = [
     "batch_columns",
     "batch_values",
     "change_row",
+    "message_columns",
     "message_row",
     "now",
     "record_row",
@@ -60,7 +62,7 @@ def searchable(text: str | None) -> str | None:
     return raw[:cut].decode("utf-8", "surrogatepass")
 
 
-def stored_search_text(message: Message | dict[str, Any]) -> str | None:
+def stored_search_text(message: Message | Mapping[str, Any]) -> str | None:
     """What a message row's ``search_text`` holds for ``message`` (a ``Message`` or its
     JSON object), from revision c8d2f4a6e1b9 on: ``NULL`` when the message's text is its
     string ``content`` (the common message, whose text is then not stored twice) or when
@@ -122,17 +124,25 @@ MESSAGE_COLUMNS = tuple(c.name for c in messages.columns)
 order of the values of ``batch_values``."""
 
 
+def message_columns(
+    message: Message, data: Mapping[str, Any] | None = None
+) -> tuple[str, str, str | None]:
+    """The ``role``, ``data`` and ``search_text`` columns of ``message``, from ``data``,
+    its JSON object, when the caller has it (else read once and kept on the message)."""
+    d = message_data(message) if data is None else data
+    return role_key(role_in(d)), message.to_json(), stored_search_text(d)
+
+
 def batch_columns(batch: Batch, skip: int = 0) -> tuple[list[str], list[str], list[str | None]]:
-    """The ``role``, ``data`` and ``search_text`` columns of ``batch.messages[skip:]``
-    (each message's JSON object read once, and kept on the message)."""
+    """The ``role``, ``data`` and ``search_text`` columns of ``batch.messages[skip:]``."""
     roles: list[str] = []
     datas: list[str] = []
     texts: list[str | None] = []
     for m in batch.messages[skip:]:
-        d = message_data(m)
-        roles.append(role_key(role_in(d)))
-        datas.append(m.to_json())
-        texts.append(stored_search_text(d))
+        role, data, text = message_columns(m)
+        roles.append(role)
+        datas.append(data)
+        texts.append(text)
     return roles, datas, texts
 
 

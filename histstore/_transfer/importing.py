@@ -36,7 +36,7 @@ from .._core.models import Summary
 from .._editable.entries import check_author
 from .._errors import HistStoreError, InvalidMessage
 from .._storage.dberrors import DatabaseFailure
-from .._storage.rows import stored_search_text
+from .._storage.rows import batch_columns
 from .._store import Store
 from .editable import Edits
 from .format import DEFAULT_BATCH, FORMAT_NAME, FORMAT_VERSION, Progress, Reader, TransferStats
@@ -282,21 +282,21 @@ class _Messages:
                     raise self.reader.error(str(exc), line) from None
             raise self.reader.error(f"conversation {self.cid!r}: a message is refused")
         self._records, self._times, self._lines = [], [], []
-        messages = checked.messages
         ids: list[int] | None = None
         authors: list[str | None] | None = None
         if self.edits is not None:  # checked by ``add``
             ids = [r["entry_id"] for r in records]
             authors = [r.get("author") for r in records]
             self.edits.take_ids(ids)
+        roles, datas, texts = batch_columns(checked)
         await self.writer.messages(
             MessageRows(
                 first,
-                [_rules.role_key(m.role) for m in messages],
-                [m.to_json() for m in messages],
+                roles,
+                datas,
                 checked.tokens,
                 cast("list[datetime]", checked.times),  # every record has its time
-                [stored_search_text(m) for m in messages],
+                texts,
                 ids,
                 authors,
             )
