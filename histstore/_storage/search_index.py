@@ -174,13 +174,11 @@ class VectorIndex:
             .returning(pending.c.conversation_id, pending.c.first_entry, pending.c.last_entry)
             .cte("taken")
         )
-        # Runs may overlap (a message listed again): each message once.
-        made = (
-            select(
-                msg.c.conversation_id,
-                msg.c.entry_id,
-                func.to_tsvector(literal_column("'simple'::regconfig"), text_),
-            )
+        # Runs may overlap (a message listed again): each message once. Its text is
+        # computed once, in the subquery (which DISTINCT ON keeps from being merged into
+        # the outer query), then filtered on and made a vector.
+        listed = (
+            select(msg.c.conversation_id, msg.c.entry_id, text_.label("t"))
             .ext(postgresql.distinct_on(msg.c.conversation_id, msg.c.entry_id))
             .select_from(
                 taken.join(
@@ -191,8 +189,13 @@ class VectorIndex:
                     ),
                 )
             )
-            .where(text_.is_not(None))
+            .subquery("listed")
         )
+        made = select(
+            listed.c.conversation_id,
+            listed.c.entry_id,
+            func.to_tsvector(literal_column("'simple'::regconfig"), listed.c.t),
+        ).where(listed.c.t.is_not(None))
         insert = postgresql.insert(vectors).from_select(
             ["conversation_id", "entry_id", "vector"], made
         )
