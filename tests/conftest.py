@@ -254,7 +254,10 @@ def _make_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> 
     if name == "sqlite-file":
         path = tmp_path / "store.db"
         shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
-        return Backend(name, str(path))
+        # ``durability="process"``: one task's short writes run on the event loop's thread
+        # (``_storage.group_commit``), so the suite's sequential writes take that path; the
+        # writes of concurrent tasks, and tests that ask for ``"full"``, take the thread.
+        return Backend(name, str(path), {"durability": "process"})
     if name == "sqlite-memory":
         return Backend(name, "sqlite://", template=request.getfixturevalue("memory_template"))
     url: str = request.getfixturevalue("pg_url")

@@ -32,6 +32,13 @@ __all__ = ["ZERO", "History", "delete_conversation"]
 
 ZERO = WriteOutcome(0, False, None)
 
+SHORT_READ = 200
+"""Messages a read returns at most (its ``limit``) for it to count as short: on SQLite it
+may then run on the event loop's own thread (``Executor.fetch``'s ``inline``)."""
+
+SHORT_WRITE = 128
+"""Messages of a batch at most for its append to count as short (``Executor.write``)."""
+
 
 def delete_conversation(ctx: Context, conversation: str) -> Generator[Step, Any, None]:
     """Program steps: remove a conversation and everything it holds."""
@@ -62,7 +69,10 @@ class History:
         ctx = self._ctx
         stmt = ctx.sql.read[limit is not None, stop is not None]
         params = ctx.params(conversation, start=start, stop=stop, limit=limit)
-        rows = await ctx.executor.fetch(stmt, params, action="read", conversation=conversation)
+        short = limit is not None and limit <= SHORT_READ
+        rows = await ctx.executor.fetch(
+            stmt, params, action="read", conversation=conversation, inline=short
+        )
         result = self.messages(rows)
         if limit is not None:
             result.reverse()
@@ -86,16 +96,18 @@ class History:
     async def count(self, conversation: str) -> int:
         validate_id(conversation)
         ctx = self._ctx
+        params = ctx.params(conversation)
         rows = await ctx.executor.fetch(
-            ctx.sql.count, ctx.params(conversation), action="count", conversation=conversation
+            ctx.sql.count, params, action="count", conversation=conversation, inline=True
         )
         return int(rows[0][0]) if rows else 0
 
     async def exists(self, conversation: str) -> bool:
         validate_id(conversation)
         ctx = self._ctx
+        params = ctx.params(conversation)
         rows = await ctx.executor.fetch(
-            ctx.sql.exists, ctx.params(conversation), action="exists", conversation=conversation
+            ctx.sql.exists, params, action="exists", conversation=conversation, inline=True
         )
         return bool(rows)
 
@@ -162,6 +174,7 @@ class History:
                 action="write to",
                 conversation=conversation,
                 lists=len(batch.messages),
+                short=len(batch.messages) <= SHORT_WRITE,
             )
         except DatabaseFailure as exc:
             return await self._failed(conversation, batch, key, exc)

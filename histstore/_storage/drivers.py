@@ -306,8 +306,12 @@ class Driver:
         stmt: CompiledStatement,
         params: Mapping[str, Any],
         memo: Memo | None = None,
+        *,
+        inline: bool = False,
     ) -> Sequence[Any]:
-        """Run a statement that returns rows; all of them."""
+        """Run a statement that returns rows; all of them. ``inline``: a short read (a
+        few rows by an index) that may run on the event loop's own thread, where the
+        driver has threads of its own (SQLite); the same read elsewhere."""
         raise NotImplementedError
 
     async def execute(
@@ -367,10 +371,10 @@ class Driver:
         return value  # type: ignore[return-value]
 
     async def run_group(
-        self, conn: Any, programs: list[Program[Any]], phase: Phase
+        self, conn: Any, programs: list[Program[Any]], phase: Phase, inline: bool = False
     ) -> list[tuple[bool, Any]]:
         """Run write programs in one transaction (see ``_storage.group_commit``), where
-        ``groups`` says the driver can."""
+        ``groups`` says the driver can; ``inline`` as ``fetch``'s, for a short write."""
         raise NotImplementedError
 
     @staticmethod
@@ -389,9 +393,17 @@ class Driver:
         phase.name = "done"
 
 
-def for_dialect(dialect: Dialect, schema: str | None = None, *, pooled: bool = False) -> Driver:
+def for_dialect(
+    dialect: Dialect,
+    schema: str | None = None,
+    *,
+    pooled: bool = False,
+    patience: int | None = None,
+) -> Driver:
     """The driver seam for an engine's dialect; statements name ``schema`` when given.
     ``pooled``: the engine reaches PostgreSQL through a transaction-mode pooler.
+    ``patience``: SQLite, the busy timeout (ms) of the store's connections (``None``: one
+    in-memory connection, which never waits for a lock).
 
     Raises:
         ValueError: a driver histstore does not run on, or a schema on SQLite.
@@ -402,7 +414,8 @@ def for_dialect(dialect: Dialect, schema: str | None = None, *, pooled: bool = F
             raise ValueError("schema= places the tables in a PostgreSQL schema; not on SQLite")
         from . import sqlite_driver as _sqlite_driver
 
-        return _sqlite_driver.SqliteDriver(dialect, _sqlite_driver.aiosqlite_one_trip())
+        one_trip = _sqlite_driver.aiosqlite_one_trip()
+        return _sqlite_driver.SqliteDriver(dialect, one_trip, patience)
     if paired == "postgresql+asyncpg":
         from .pg_driver import PostgresDriver
 

@@ -273,7 +273,7 @@ def make_engine(
     if not is_memory_url(url):
         kwargs.update(pool_size=20, max_overflow=20, pool_timeout=busy_timeout)
     if url.get_backend_name() == "sqlite":
-        kwargs["connect_args"] = {"timeout": busy_timeout}
+        kwargs["connect_args"] = {"timeout": busy_timeout, "check_same_thread": False}
         if is_memory_url(url):
             # One connection holds the whole database: tasks queue for it, and it is
             # never closed while the store lives.

@@ -39,8 +39,7 @@ __all__ = ["Executor", "Transaction", "run_to_completion"]
 
 T = TypeVar("T")
 
-_MAX_STALE = 64
-"""Connections found closed that one call drops before it takes whatever comes."""
+_MAX_STALE = 64  # connections found closed that one call drops, then takes what comes
 
 
 class Executor:
@@ -61,7 +60,9 @@ class Executor:
         self.dialect = engine.dialect
         self.read_only = read_only
         """Every write transaction is refused (``connect(read_only=True)``)."""
-        self.driver: Driver = for_dialect(engine.dialect, schema, pooled=pooled)
+        self._in_memory = is_memory_url(engine.url)
+        patience = None if sqlite is None or self._in_memory else sqlite.busy_timeout_ms
+        self.driver: Driver = for_dialect(engine.dialect, schema, pooled=pooled, patience=patience)
         self._base_engine = engine
         if schema is not None:
             # Core work names the schema through SQLAlchemy's translate map; compiled
@@ -76,15 +77,10 @@ class Executor:
         writes = IN_FLIGHT if sqlite is None else 0
         self._statement_writes = ConnectionCache.for_engine(engine, limit=writes, reserve=1)
         self._cache = ConnectionCache.for_engine(engine, reserve=self._statement_writes.limit)
-        self._in_memory = is_memory_url(engine.url)
         self._closed = False
-        with_settings: dict[str, Any] = {} if sqlite is None else {SETTINGS_OPTION: sqlite}
-        self._engines = {
-            mode: engine.execution_options(
-                **with_settings, **_dialects.mode_options(self.dialect, mode)
-            )
-            for mode in ("read", "snapshot", "write")
-        }
+        given: dict[str, Any] = {} if sqlite is None else {SETTINGS_OPTION: sqlite}
+        modes = {m: _dialects.mode_options(self.dialect, m) for m in ("read", "snapshot", "write")}
+        self._engines = {m: engine.execution_options(**given, **o) for m, o in modes.items()}
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -109,10 +105,11 @@ class Executor:
         )
         self._appends = AppendGroups(statement_sender(self.write))
         self._group: GroupCommit | None = None
-        if self._gated and self.driver.groups:
+        if self._gated and self.driver.groups and sqlite is not None:
             index = None if read_only or self.pending is None else self.pending.index
             run, checkpoint = self.driver.run_group, self.driver.checkpoint
             self._group = GroupCommit(self._writing, self._connection, run, checkpoint, index)
+            self._group.inline = sqlite.synchronous == "NORMAL"  # commits without an fsync
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -247,8 +244,10 @@ class Executor:
         *,
         action: str,
         conversation: str | None = None,
+        inline: bool = False,
     ) -> Sequence[Any]:
-        """Run one reading statement (atomic by itself: no transaction) and return its rows.
+        """Run one reading statement (atomic by itself: no transaction) and return its rows;
+        ``inline``: a short one, see ``Driver.fetch``.
 
         A cancelled read just loses its connection, except in memory, where that
         connection is the database: there it runs to completion.
@@ -266,7 +265,7 @@ class Executor:
                 try:
                     async with self._connection() as conn:
                         opened = True
-                        return await self.driver.fetch(conn, stmt, params)
+                        return await self.driver.fetch(conn, stmt, params, inline=inline)
                 except DATABASE_ERRORS as exc:
                     if again and opened and connection_lost(exc):
                         continue  # once more, on a new connection
@@ -284,6 +283,7 @@ class Executor:
         conversation: str | None = None,
         single: bool = False,
         lists: int = 1,
+        short: bool = False,
     ) -> T:
         """Run ``program`` as one write transaction, to its end even when cancelled.
 
@@ -293,7 +293,7 @@ class Executor:
         ``single`` the program is one statement run as its own transaction (no BEGIN
         and COMMIT round trips): a failure during it leaves the outcome unknown.
         ``lists``: about how many messages it lists for the full-text index (0: none,
-        as the indexer's).
+        as the indexer's). ``short``: a few rows written (``_storage.group_commit``).
         """
         self.check()
         self.refuse_writes(action, conversation)
@@ -317,7 +317,7 @@ class Executor:
             return value.value if isinstance(value, Rollback) else value
 
         if self._group is not None and not single:
-            return await self._group.submit(program, action, conversation)
+            return await self._group.submit(program, action, conversation, short=short)
         if single and not self._gated:
             # One statement is its own transaction on the server: a cancellation during
             # it leaves nothing half done (the connection, whose state is then unknown,

@@ -12,6 +12,13 @@ Writers do not wait for a group to form: a writer that finds nobody writing or w
 runs its program at once, in its own task, and the writers that arrive while a
 transaction runs go together in the next one, run by a task of the store.
 
+A lone writer's short program (``submit``'s ``short``: an append of a few messages,
+on a store whose commits do not fsync) runs on the event loop's own thread when the
+same task wrote last (``SqliteDriver``'s ``inline``): one task writing after each of
+its reads, an agent loop, pays no trip to the connection's thread. Writes of
+different tasks in turn stay on the thread, where SQLite's work runs beside the
+Python of the other tasks.
+
 Checkpoints, too, are taken off the writers' path: SQLite's own (every 1,000 WAL pages,
 run by the commit that crosses the mark) cost that one write a few milliseconds of
 copying and fsync. Here a task of the store runs a ``PASSIVE`` checkpoint on a
@@ -39,6 +46,7 @@ and be left unfinished; the runs start from a writer's commit instead.)
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -99,8 +107,9 @@ class GroupCommit:
     """A store's queue of write programs and the task that runs them, a group at a time.
 
     ``writing(action, conversation)`` holds the store's write turn; ``connection()``
-    lends a driver connection; ``run_group(conn, programs, phase)`` runs programs in one
-    transaction and returns, per program, ``(True, value)`` or ``(False, exception)``
+    lends a driver connection; ``run_group(conn, programs, phase, inline)`` runs programs
+    in one transaction (``inline``: on the event loop's thread, see above) and returns,
+    per program, ``(True, value)`` or ``(False, exception)``
     (the driver's ``run_group``); ``checkpoint(conn)`` checkpoints the WAL; ``index()``,
     when given, is a write program indexing the pending list (returns whether more may
     be listed).
@@ -110,7 +119,9 @@ class GroupCommit:
         self,
         writing: Callable[[str, str | None], AbstractAsyncContextManager[None]],
         connection: Callable[[], AbstractAsyncContextManager[Any]],
-        run_group: Callable[[Any, list[Program[Any]], Phase], Awaitable[list[tuple[bool, Any]]]],
+        run_group: Callable[
+            [Any, list[Program[Any]], Phase, bool], Awaitable[list[tuple[bool, Any]]]
+        ],
         checkpoint: Callable[[Any], Awaitable[tuple[int, int]]],
         index: Callable[[], Program[bool]] | None = None,
     ) -> None:
@@ -132,6 +143,10 @@ class GroupCommit:
         self._more = False  # the last run left more listed
         self._unindexed = 0  # groups that may have listed messages since the last run
         self._indexing: asyncio.Task[None] | None = None
+        self._last_writer: weakref.ref[asyncio.Task[Any]] | None = None
+        self.inline = False
+        """Whether a short program may run on the event loop's thread (the store's
+        commits do not fsync: ``durability="process"``)."""
 
     async def submit(
         self,
@@ -140,16 +155,21 @@ class GroupCommit:
         conversation: str | None,
         *,
         indexing: bool = False,
+        short: bool = False,
     ) -> T:
         """Run ``program`` in the next transaction; return its value (or raise what it
         raised). A caller cancelled before its program started leaves nothing done; once
         started, the transaction ends first, then the caller sees ``CancelledError``.
-        ``indexing``: the program indexes the pending list (and lists nothing)."""
+        ``indexing``: the program indexes the pending list (and lists nothing);
+        ``short``: it may run on the event loop's thread (see the module)."""
         member: _Member[T] = _Member(
             program, action, conversation, asyncio.get_running_loop().create_future(), indexing
         )
+        task = asyncio.current_task()
+        again = task is not None and self._last_writer is not None and self._last_writer() is task
+        self._last_writer = None if task is None else weakref.ref(task)
         if _idle(self._leader) and not self._queue:
-            return await self._run_alone(member)
+            return await self._run_alone(member, inline=short and again and self.inline)
         self._queue.append(member)
         if _idle(self._leader):
             self._leader = asyncio.ensure_future(self._lead())
@@ -163,7 +183,7 @@ class GroupCommit:
                 await finish_then_cancel(member.done)
             raise
 
-    async def _run_alone(self, member: _Member[T]) -> T:
+    async def _run_alone(self, member: _Member[T], *, inline: bool) -> T:
         """Run the program of a writer that found nobody writing or waiting, in the
         writer's own task: a group of one, without a task to start and a result to
         hand over (most writes of a store that is not busy). Writers arriving meanwhile
@@ -173,7 +193,7 @@ class GroupCommit:
         running = asyncio.get_running_loop().create_future()
         self._leader = running
         try:
-            await self._run([member])
+            await self._run([member], inline)
         finally:
             running.set_result(None)
             self._leader = None
@@ -196,13 +216,14 @@ class GroupCommit:
         finally:
             self._leader = None
 
-    async def _run(self, group: list[_Member[Any]]) -> None:
+    async def _run(self, group: list[_Member[Any]], inline: bool = False) -> None:
         first = group[0]
         phase = Phase()
         async with self._writing(first.action, first.conversation):
             try:
                 async with self._connection() as conn:
-                    outcomes = await self._run_group(conn, [m.program for m in group], phase)
+                    programs = [m.program for m in group]
+                    outcomes = await self._run_group(conn, programs, phase, inline)
                 phase.name = "done"
             except DATABASE_ERRORS as exc:
                 name = "body" if phase.name == "commit" and not_committed(exc) else phase.name

@@ -66,6 +66,8 @@ class PostgresDriver(Driver):
         stmt: CompiledStatement,
         params: Mapping[str, Any],
         memo: Memo | None = None,
+        *,
+        inline: bool = False,
     ) -> Sequence[Any]:
         args = stmt.args(params, memo)
         statement = await self._statement(conn, stmt.sql)

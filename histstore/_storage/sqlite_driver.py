@@ -1,22 +1,31 @@
-"""The aiosqlite driver: a whole program in one trip to the connection's thread.
+"""The aiosqlite driver: a whole program in one trip to the connection's thread, or
+none at all.
 
 aiosqlite runs every call as a function on the connection's own thread; this driver
 hands it the whole program, from ``BEGIN IMMEDIATE`` to ``COMMIT``, as one such
 function (its private ``Connection._execute`` and ``_conn``). When they are missing (a
 future aiosqlite), the program runs through aiosqlite's public calls instead: slower,
 never broken (``aiosqlite_one_trip``).
+
+A short call may instead run on the event loop's own thread (``inline``, chosen by the
+caller): the trip to the connection's thread and back (two thread wake-ups and the GIL
+handed over twice) costs more than a read of the newest messages by an index or a
+small write without an fsync. It runs there with the connection's busy timeout at 0,
+so it never sleeps on the loop: where a lock is taken (another process writes, a
+reader meets a WAL being recovered) the call goes to the connection's thread after
+all, before any statement of it ran. A connection made with ``check_same_thread`` on
+(an engine the caller built) refuses such calls; it gets none after its first refusal.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import re
 import sqlite3
 import time
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from functools import lru_cache
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Dialect
@@ -32,8 +41,9 @@ from .drivers import (
     Rollback,
     _Running,
 )
+from .sqlite_inserts import execute_many
 
-__all__ = ["SqliteDriver", "aiosqlite_one_trip", "execute_many"]
+__all__ = ["SqliteDriver", "aiosqlite_one_trip"]
 
 T = TypeVar("T")
 
@@ -41,10 +51,13 @@ T = TypeVar("T")
 class SqliteDriver(Driver):
     begin_sql = "BEGIN IMMEDIATE"  # see _engine: why writers take the lock up front
 
-    def __init__(self, dialect: Dialect, one_trip: bool) -> None:
+    def __init__(self, dialect: Dialect, one_trip: bool, busy_timeout_ms: int | None) -> None:
         super().__init__(dialect, None)
         self.one_trip = one_trip
         self.groups = one_trip
+        self.busy_timeout_ms = busy_timeout_ms
+        """The busy timeout of the connections (set back after a call on the loop's
+        thread); ``None``: an in-memory connection, which never waits."""
 
     async def fetch(
         self,
@@ -52,9 +65,13 @@ class SqliteDriver(Driver):
         stmt: CompiledStatement,
         params: Mapping[str, Any],
         memo: Memo | None = None,
+        *,
+        inline: bool = False,
     ) -> Sequence[Any]:
         args = stmt.args(params, memo)
         if self.one_trip:
+            if inline and (rows := self._read_on_loop(conn, stmt.sql, args)) is not None:
+                return rows
             return await _on_thread(conn, _fetch_on_thread, conn._conn, stmt.sql, args)  # noqa: SLF001 - see run
         rows = await conn.execute_fetchall(stmt.sql, args)
         return rows  # type: ignore[no-any-return]
@@ -121,14 +138,17 @@ class SqliteDriver(Driver):
         return int(pages), int(copied)
 
     async def run_group(
-        self, conn: Any, programs: list[Program[Any]], phase: Phase
+        self, conn: Any, programs: list[Program[Any]], phase: Phase, inline: bool = False
     ) -> list[tuple[bool, Any]]:
         """Run ``programs`` in one write transaction, each in a savepoint of its own (see
-        ``_storage.group_commit``): per program ``(True, value)``, or ``(False, what it
-        raised)`` with its statements undone. A failure of the transaction itself
-        raises (``phase`` says how far it got)."""
-        if len(programs) == 1:
+        ``_storage.group_commit``; one program alone needs none): per program ``(True,
+        value)``, or ``(False, what it raised)`` with its statements undone. A failure
+        of the transaction itself raises (``phase`` says how far it got). ``inline``:
+        on the event loop's thread when the write lock is free (see the module)."""
+        if not self.one_trip:
             return [(True, await self.run(conn, programs[0], phase, begin=True, end=True))]
+        if inline and (outcomes := self._write_on_loop(conn, programs, phase)) is not None:
+            return outcomes
         return await _on_thread(
             conn,
             self._run_group_on_thread,
@@ -136,6 +156,62 @@ class SqliteDriver(Driver):
             programs,
             phase,
         )
+
+    @contextmanager
+    def _on_loop(self, conn: Any) -> Iterator[sqlite3.Connection | None]:
+        """``conn``'s sqlite3 connection, to be used on this (the event loop's) thread with
+        a busy timeout of 0 for the block; ``None`` when it refuses calls from here.
+        aiosqlite's thread is idle meanwhile: a lent connection's earlier calls have
+        ended (``Executor``; a cancelled one's first, ``settle``)."""
+        if conn in _REFUSED_ON_LOOP:
+            yield None
+            return
+        raw: sqlite3.Connection = conn._conn  # noqa: SLF001 - see run
+        patience = self.busy_timeout_ms
+        if patience is None:  # in memory: nothing to wait for
+            yield raw
+            return
+        try:
+            raw.execute("PRAGMA busy_timeout = 0")
+        except sqlite3.ProgrammingError:  # made in another thread, with the check on
+            _REFUSED_ON_LOOP.add(conn)
+            yield None
+            return
+        try:
+            yield raw
+        finally:
+            raw.execute(f"PRAGMA busy_timeout = {patience:d}")
+
+    def _read_on_loop(self, conn: Any, sql: str, args: Sequence[Any]) -> list[Any] | None:
+        """The rows of ``sql`` read on this thread; ``None`` when that was not possible
+        (refused, or a lock would have to be waited for) and nothing was read."""
+        with self._on_loop(conn) as raw:
+            if raw is None:
+                return None
+            try:
+                return raw.execute(sql, args).fetchall()
+            except (sqlite3.OperationalError, sqlite3.ProgrammingError) as exc:
+                if _given_up(conn, exc):
+                    return None
+                raise
+
+    def _write_on_loop(
+        self, conn: Any, programs: list[Program[Any]], phase: Phase
+    ) -> list[tuple[bool, Any]] | None:
+        """``run_group``'s transaction on this thread; ``None`` when the write lock is not
+        free (another process writes) or the connection refuses, before any statement
+        of the programs ran. Once the lock is held nothing waits: in WAL mode the
+        transaction's statements and its COMMIT take no other lock."""
+        with self._on_loop(conn) as raw:
+            if raw is None:
+                return None
+            try:
+                raw.execute("BEGIN IMMEDIATE")
+            except (sqlite3.OperationalError, sqlite3.ProgrammingError) as exc:
+                if _given_up(conn, exc):
+                    return None
+                raise
+            return _written(raw, programs, phase)
 
     @staticmethod
     def _run_on_thread(
@@ -163,25 +239,40 @@ class SqliteDriver(Driver):
         conn: sqlite3.Connection, programs: list[Program[Any]], phase: Phase
     ) -> list[tuple[bool, Any]]:
         _take_write_lock(conn)
-        outcomes: list[tuple[bool, Any]] = []
+        return _written(conn, programs, phase)
+
+
+def _written(
+    conn: sqlite3.Connection, programs: list[Program[Any]], phase: Phase
+) -> list[tuple[bool, Any]]:
+    """``SqliteDriver.run_group``'s transaction, its write lock taken."""
+    if len(programs) == 1:
         with _rolled_back_on_failure(conn, phase):
-            for program in programs:
-                conn.execute("SAVEPOINT histstore_member")
-                try:
-                    value = _run_steps(conn, program)
-                except Exception as exc:
-                    if not conn.in_transaction:
-                        raise  # the transaction itself is gone: every member fails
-                    conn.execute("ROLLBACK TO histstore_member")
-                    conn.execute("RELEASE histstore_member")
-                    outcomes.append((False, exc))
-                    continue
-                if isinstance(value, Rollback):
-                    conn.execute("ROLLBACK TO histstore_member")
+            value = _run_steps(conn, programs[0])
+            if isinstance(value, Rollback):
+                conn.execute("ROLLBACK")
+            else:
+                _commit(conn, phase)
+        return [(True, value)]
+    outcomes: list[tuple[bool, Any]] = []
+    with _rolled_back_on_failure(conn, phase):
+        for program in programs:
+            conn.execute("SAVEPOINT histstore_member")
+            try:
+                value = _run_steps(conn, program)
+            except Exception as exc:
+                if not conn.in_transaction:
+                    raise  # the transaction itself is gone: every member fails
+                conn.execute("ROLLBACK TO histstore_member")
                 conn.execute("RELEASE histstore_member")
-                outcomes.append((True, value))
-            _commit(conn, phase)
-        return outcomes
+                outcomes.append((False, exc))
+                continue
+            if isinstance(value, Rollback):
+                conn.execute("ROLLBACK TO histstore_member")
+            conn.execute("RELEASE histstore_member")
+            outcomes.append((True, value))
+        _commit(conn, phase)
+    return outcomes
 
 
 async def _on_thread(conn: Any, fn: Callable[..., T], *args: Any) -> T:
@@ -191,6 +282,28 @@ async def _on_thread(conn: Any, fn: Callable[..., T], *args: Any) -> T:
     whole conversation."""
     box: list[T] = await conn._execute(_boxed, fn, *args)  # noqa: SLF001 - see above
     return box.pop()
+
+
+_REFUSED_ON_LOOP: weakref.WeakSet[Any] = weakref.WeakSet()
+"""aiosqlite connections whose sqlite3 connection refused a call from another thread
+than its own (made with ``check_same_thread`` on): they run every call on their thread."""
+
+
+def _given_up(conn: Any, exc: sqlite3.Error) -> bool:
+    """Whether a call on the loop's thread, failing with ``exc`` at its first statement,
+    is to run on the connection's thread instead: SQLite was busy, or the connection
+    refuses calls from other threads (then it gets none again)."""
+    if isinstance(exc, sqlite3.ProgrammingError):
+        _REFUSED_ON_LOOP.add(conn)
+        return True
+    return isinstance(exc, sqlite3.OperationalError) and _is_busy(exc)
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    """Whether SQLite answered SQLITE_BUSY (or an extended code of it, its low byte);
+    Python 3.10 has no codes on its exceptions, only SQLite's message."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return "locked" in str(exc) if code is None else code & 0xFF == _SQLITE_BUSY
 
 
 def _boxed(fn: Callable[..., T], *args: Any) -> list[T]:
@@ -238,82 +351,6 @@ def _run_steps(conn: sqlite3.Connection, program: Program[T]) -> T | Rollback[T]
     return running.value  # type: ignore[return-value]
 
 
-MAX_ROWS = 32
-"""Rows of one multi-row INSERT at most (see ``execute_many``). SQLite compiles a
-multi-row INSERT once per connection, at a cost that grows faster than its rows: a
-statement of 64 message rows took about 0.7 ms to prepare (a whole 100-message write's
-worth), one of 32 about 0.1 ms, and per row both insert at the same speed."""
-
-_VALUES = re.compile(r"\bVALUES (\((?:\?, )*\?\))")
-# Bound parameters of one statement at most: SQLite's default limit (999 before 3.32).
-_MAX_VARIABLES = 32766 if sqlite3.sqlite_version_info >= (3, 32) else 999
-
-
-def execute_many(conn: sqlite3.Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
-    """Run ``sql`` once per row of arguments, as ``executemany`` does; but an INSERT of
-    one ``VALUES`` group whose only parameters are that group's runs as a few multi-row
-    INSERTs instead (row counts that are powers of two, at most ``MAX_ROWS``), which
-    insert the same rows in the same order.
-
-    One statement of many rows inserts them faster than a statement per row (by a
-    tenth or more for a batch of 100 messages). Other statements run as they are, and
-    one row as one ``execute``.
-    """
-    if len(rows) == 1:
-        conn.execute(sql, rows[0])
-        return
-    cap = _rows_per_statement(sql) if rows else 0
-    if cap < 2:
-        conn.executemany(sql, rows)
-        return
-    done = 0
-    while done < len(rows):
-        n = _power_of_two_below(min(cap, len(rows) - done) + 1)
-        chunk = rows[done : done + n]
-        if n == 1:
-            conn.execute(sql, chunk[0])
-        else:
-            conn.execute(_multi_row(sql, n), [value for row in chunk for value in row])
-        done += n
-
-
-def _power_of_two_below(n: int) -> int:
-    """The largest power of two under ``n`` (``n`` > 1)."""
-    return 1 << ((n - 1).bit_length() - 1)
-
-
-@lru_cache(maxsize=256)
-def _values_group(sql: str) -> str | None:
-    """The one ``VALUES (?, ...)`` group of an INSERT whose every parameter is in it;
-    ``None`` for any other statement."""
-    if not sql.lstrip().upper().startswith("INSERT"):
-        return None
-    found = _VALUES.findall(sql)
-    if len(found) != 1:
-        return None
-    return found[0] if sql.count("?") == found[0].count("?") else None
-
-
-@lru_cache(maxsize=256)
-def _rows_per_statement(sql: str) -> int:
-    """How many rows of ``sql`` one multi-row INSERT takes (a power of two up to
-    ``MAX_ROWS``, under the parameter limit); 0 for a statement that is not such an
-    INSERT (see ``_values_group``)."""
-    group = _values_group(sql)
-    if group is None:
-        return 0
-    fits = max(1, _MAX_VARIABLES // group.count("?"))
-    return _power_of_two_below(min(MAX_ROWS, fits) + 1)
-
-
-@lru_cache(maxsize=256)
-def _multi_row(sql: str, rows: int) -> str:
-    """``sql`` (see ``_values_group``) inserting ``rows`` rows of arguments at once."""
-    group = _values_group(sql)
-    assert group is not None
-    return _VALUES.sub(lambda _: "VALUES " + ", ".join([group] * rows), sql, count=1)
-
-
 _SQLITE_BUSY = 5
 _POLL_MAX = 0.004  # seconds between tries for the write lock, at most
 
@@ -341,11 +378,7 @@ def _take_write_lock(conn: sqlite3.Connection) -> None:
                 conn.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:
-                # SQLITE_BUSY or an extended code of it (its low byte); Python 3.10 has
-                # no codes on its exceptions, only SQLite's message.
-                code = getattr(exc, "sqlite_errorcode", None)
-                busy = "locked" in str(exc) if code is None else code & 0xFF == _SQLITE_BUSY
-                if not busy or time.monotonic() >= deadline:
+                if not _is_busy(exc) or time.monotonic() >= deadline:
                     raise
             time.sleep(pause * random.uniform(0.5, 1.5))  # noqa: S311 (jitter, not secrets)
             pause = min(pause * 2, _POLL_MAX)

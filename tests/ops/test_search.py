@@ -352,7 +352,7 @@ async def test_phrases_match_words_in_order(store: Store, cid: str) -> None:
 
 
 async def test_every_message_of_a_large_batch_is_found(store: Store, cid: str) -> None:
-    # More rows than one multi-row INSERT takes on SQLite (see _storage.sqlite_driver).
+    # More rows than one multi-row INSERT takes on SQLite (see _storage.sqlite_inserts).
     n = 300
     await store.write(cid, [{"role": "user", "content": f"walrus tag{i}x"} for i in range(n)])
     for i in (0, 1, 127, 128, 255, 256, 257, 299):

@@ -40,7 +40,7 @@ class FakeDatabase:
         yield
 
     async def run_group(
-        self, conn: Any, programs: list[Program[Any]], phase: Phase
+        self, conn: Any, programs: list[Program[Any]], phase: Phase, inline: bool = False
     ) -> list[tuple[bool, Any]]:
         await asyncio.sleep(0)  # a trip to the connection's thread
         self.wal += PAGES_PER_GROUP * len(programs)
@@ -112,7 +112,7 @@ class FakeList(FakeDatabase):
         self.runs = 0
 
     async def run_group(
-        self, conn: Any, programs: list[Program[Any]], phase: Phase
+        self, conn: Any, programs: list[Program[Any]], phase: Phase, inline: bool = False
     ) -> list[tuple[bool, Any]]:
         await asyncio.sleep(0)
         out: list[tuple[bool, Any]] = []

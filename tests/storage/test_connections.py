@@ -178,9 +178,9 @@ async def test_postgres_appends_keep_a_few_sessions_of_their_own(
                 writers.add(conn.get_server_pid())
             return await run(conn, *args, begin=begin, end=end)
 
-        async def recording_fetch(conn: Any, *args: Any) -> Any:
+        async def recording_fetch(conn: Any, *args: Any, **kwargs: Any) -> Any:
             readers.add(conn.get_server_pid())
-            return await fetch(conn, *args)
+            return await fetch(conn, *args, **kwargs)
 
         monkeypatch.setattr(driver, "run", recording_run)
         monkeypatch.setattr(driver, "fetch", recording_fetch)

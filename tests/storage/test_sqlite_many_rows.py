@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from histstore._storage.sqlite_driver import MAX_ROWS, execute_many
+from histstore._storage.sqlite_inserts import MAX_ROWS, execute_many
 
 
 @pytest.fixture
