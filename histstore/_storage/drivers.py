@@ -22,7 +22,7 @@ is written once as such a program, and each driver runs it its own way:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Hashable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime
@@ -122,7 +122,7 @@ class CompiledStatement:
         return self._compiled[0]
 
     @cached_property
-    def _compiled(self) -> tuple[str, list[tuple[str, Processor, Any]]]:
+    def _compiled(self) -> tuple[str, list[tuple[str, Processor, Any, Hashable]]]:
         placed: dict[str, Any] = {}
         if self._schema is not None:
             placed = {
@@ -132,31 +132,33 @@ class CompiledStatement:
         compiled = self.statement.compile(dialect=self._dialect, **placed)
         assert isinstance(compiled, SQLCompiler)
         names = list(compiled.positiontup or ())
-        # (name, processor, value the statement itself gives, e.g. SQLite's OFFSET 0)
-        binds: list[tuple[str, Processor, Any]] = [
-            (
-                name,
-                _processor(compiled.binds[name].type, self._dialect, bind=True),
-                compiled.binds[name].value,
-            )
-            for name in names
-        ]
+        # (name, processor, value the statement itself gives (e.g. SQLite's OFFSET 0),
+        # and what its conversions are memoized under: see ``_converted``)
+        binds: list[tuple[str, Processor, Any, Hashable]] = []
+        for name in names:
+            type_ = compiled.binds[name].type
+            proc = _processor(type_, self._dialect, bind=True)
+            binds.append((name, proc, compiled.binds[name].value, (type(type_), repr(type_))))
         return str(compiled), binds
 
     @cached_property
-    def _binds(self) -> list[tuple[str, Processor, Any]]:
+    def _binds(self) -> list[tuple[str, Processor, Any, Hashable]]:
         return self._compiled[1]
 
     @cached_property
     def _read_row(
         self,
-    ) -> tuple[tuple[str, ...], Callable[[Mapping[str, Any]], Any], list[tuple[int, Convert]]]:
+    ) -> tuple[
+        tuple[str, ...], Callable[[Mapping[str, Any]], Any], list[tuple[int, Convert, Hashable]]
+    ]:
         """What ``args_many`` reads rows with: the bind names in order, one ``itemgetter``
         of them all (for a dict row), and the positions whose values a processor
         converts."""
-        names = tuple(name for name, _, _ in self._binds)
+        names = tuple(name for name, _, _, _ in self._binds)
         read = itemgetter(*names) if len(names) > 1 else (lambda row: [row[n] for n in names])
-        converted = [(i, proc) for i, (_, proc, _) in enumerate(self._binds) if proc is not None]
+        converted = [
+            (i, proc, kind) for i, (_, proc, _, kind) in enumerate(self._binds) if proc is not None
+        ]
         return names, read, converted
 
     def args_many(
@@ -184,19 +186,19 @@ class CompiledStatement:
                 try:
                     read_rows.append(read(row))
                 except KeyError:
-                    read_rows.append([row.get(name, value) for name, _, value in self._binds])
+                    read_rows.append([row.get(name, value) for name, _, value, _ in self._binds])
             values = read_rows
         last: list[tuple[Any, Any]] = [(None, None)] * len(converted)  # (value, converted)
         out: list[Any] = []
         for given in values:
             args = list(given)  # the given rows stay as they are
-            for k, (i, proc) in enumerate(converted):
+            for k, (i, proc, kind) in enumerate(converted):
                 value = args[i]
                 if value is None:
                     continue
                 before, done = last[k]
                 if value is not before:  # ``rows`` holds every value: no id is reused
-                    done = _converted(proc, value, memo)
+                    done = _converted(proc, kind, value, memo)
                     last[k] = (value, done)
                 args[i] = done
             out.append(args)
@@ -216,20 +218,22 @@ class CompiledStatement:
         if memo is None:
             memo = {}
         out = []
-        for name, proc, default in self._binds:
+        for name, proc, default, kind in self._binds:
             value = params.get(name, default)
             if proc is None or value is None:
                 out.append(value)
             else:
-                out.append(_converted(proc, value, memo))
+                out.append(_converted(proc, kind, value, memo))
         return out
 
 
-def _converted(proc: Convert, value: Any, memo: Memo) -> Any:
-    """``proc(value)``; a time's conversion shared through ``memo`` (see ``args``)."""
+def _converted(proc: Convert, kind: Hashable, value: Any, memo: Memo) -> Any:
+    """``proc(value)``; a time's conversion shared through ``memo`` (see ``args``) by
+    every bind of the same ``kind``: its type's class and arguments, which on one
+    dialect (a memo serves one program) convert alike, whichever column it is for."""
     if type(value) is not datetime:
         return proc(value)
-    key = (id(proc), value, value.tzinfo, value.fold)
+    key = (kind, value, value.tzinfo, value.fold)
     if key not in memo:
         memo[key] = proc(value)
     return memo[key]

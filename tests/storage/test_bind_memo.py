@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sqlalchemy import BigInteger, String, bindparam, select
+from sqlalchemy import BigInteger, DateTime, String, bindparam, select
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql import asyncpg
 
@@ -95,3 +95,22 @@ def test_value_rows_give_each_row_its_args(
     assert rows == [list(v) for v in values]
     reordered = [list(reversed(v)) for v in values]
     assert stmt.args_many(ValueRows(names[::-1], reordered), {}) == want
+
+
+@pytest.mark.parametrize("dialect", [sqlite.dialect(), asyncpg.dialect()], ids=["sqlite", "pg"])
+def test_binds_of_one_type_share_a_conversion_and_other_types_do_not(dialect: object) -> None:
+    now = datetime(2026, 12, 4, 23, 30, tzinfo=NEW_YORK)
+    created = CompiledStatement(select(bindparam("a", type_=UTCDateTime())), dialect)  # type: ignore[arg-type]
+    updated = CompiledStatement(
+        select(bindparam("b", type_=UTCDateTime()), bindparam("c", type_=UTCDateTime())),
+        dialect,  # type: ignore[arg-type]
+    )
+    local = CompiledStatement(select(bindparam("d", type_=DateTime(timezone=True))), dialect)  # type: ignore[arg-type]
+    memo: Memo = {}
+    first = created.args({"a": now}, memo)[0]
+    b, c = updated.args({"b": now, "c": now}, memo)
+    assert b is first  # one conversion for every bind of the type
+    assert c is first
+    assert b == updated.args({"b": now, "c": now})[0]
+    # The same time bound as another type converts as that type does.
+    assert local.args({"d": now}, memo)[0] == local.args({"d": now})[0]
