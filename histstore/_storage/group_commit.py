@@ -10,7 +10,12 @@ programs queued before it and sees what they wrote, as in turns.
 
 Writers do not wait for a group to form: a writer that finds nobody writing or waiting
 runs its program at once, in its own task, and the writers that arrive while a
-transaction runs go together in the next one, run by a task of the store.
+transaction runs go together in the next one, run by a task of the store. Unless the
+last group had several: writers that came together are likely to come back together
+(each woken by the same commit), so such a writer queues instead, and the store's task,
+starting on the event loop's next turn, takes everyone who arrived in this one. Running
+the first alone made every other commit a group of one (16 tasks: groups of 1 and 16
+in turn; now two cohorts of about 8, one committing while the other prepares).
 
 A lone writer's short program (``submit``'s ``short``: an append of a few messages,
 on a store whose commits do not fsync) runs on the event loop's own thread when the
@@ -144,6 +149,7 @@ class GroupCommit:
         self._unindexed = 0  # groups that may have listed messages since the last run
         self._indexing: asyncio.Task[None] | None = None
         self._last_writer: weakref.ref[asyncio.Task[Any]] | None = None
+        self._last_size = 1  # programs of the last group
         self.inline = False
         """Whether a short program may run on the event loop's thread (the store's
         commits do not fsync: ``durability="process"``)."""
@@ -168,7 +174,7 @@ class GroupCommit:
         task = asyncio.current_task()
         again = task is not None and self._last_writer is not None and self._last_writer() is task
         self._last_writer = None if task is None else weakref.ref(task)
-        if _idle(self._leader) and not self._queue:
+        if _idle(self._leader) and not self._queue and self._last_size == 1:
             return await self._run_alone(member, inline=short and again and self.inline)
         self._queue.append(member)
         if _idle(self._leader):
@@ -205,6 +211,7 @@ class GroupCommit:
         try:
             while self._queue:
                 group = [self._queue.popleft() for _ in range(min(MAX_GROUP, len(self._queue)))]
+                self._last_size = len(group)
                 for member in group:
                     member.started = True
                 try:

@@ -8,6 +8,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import new_id, user_msgs
@@ -121,3 +122,30 @@ async def test_waiting_longer_than_the_busy_timeout_for_another_process_fails(
         assert await store.write(c, user_msgs(1)) == WriteOutcome(1, False, 2)
         await asyncio.to_thread(thread.join)
         assert await store.count(c) == 2
+
+
+async def test_writers_that_came_together_last_time_go_together_again(tmp_path: Path) -> None:
+    """After a group of several, a writer that finds nobody writing does not run alone:
+    the writers arriving in the same turn of the event loop join it, in one commit."""
+    async with histstore.connect(tmp_path / "g.db", durability="process") as store:
+        group = store.internals.executor._group
+        assert group is not None
+        sizes: list[int] = []
+        run_group = group._run_group
+
+        async def counted(conn: Any, programs: list[Any], *args: Any) -> Any:
+            sizes.append(len(programs))
+            return await run_group(conn, programs, *args)
+
+        group._run_group = counted
+        ids = [new_id() for _ in range(6)]
+        await asyncio.gather(*(store.write(c, user_msgs(1)) for c in ids))
+        assert sizes == [1, 5]  # the first found nobody writing; the rest came together
+        sizes.clear()
+        await asyncio.gather(*(store.write(c, user_msgs(1)) for c in ids))
+        assert sizes == [6]
+        sizes.clear()
+        for c in ids:  # one writer at a time: a group of one, then each runs alone
+            await store.write(c, user_msgs(1))
+        assert sizes == [1] * 6
+        assert [await store.count(c) for c in ids] == [3] * 6
