@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import sqlite3
@@ -35,6 +36,22 @@ def new_id(prefix: str = "conv") -> str:
 def user_msgs(n: int, tag: str = "m") -> list[dict[str, Any]]:
     """``n`` distinct user message dicts, ``{tag}-0`` ... ``{tag}-{n-1}``."""
     return [{"role": "user", "content": f"{tag}-{i}"} for i in range(n)]
+
+
+async def agent_turns(store: histstore.Store, tasks: int, turns: int) -> list[str]:
+    """``tasks`` tasks at once, each doing ``turns`` agent turns (read the newest 20,
+    write 2) on a conversation of its own; checks every message landed and returns
+    the conversations."""
+    ids = [new_id() for _ in range(tasks)]
+
+    async def run(c: str) -> None:
+        for _ in range(turns):
+            await store.read(c, limit=20)
+            await store.write(c, user_msgs(2))
+
+    await asyncio.gather(*(run(c) for c in ids))
+    assert [await store.count(c) for c in ids] == [2 * turns] * tasks
+    return ids
 
 
 async def snapshot(store: histstore.Store, conversation: str) -> tuple[bool, int, list[Any]]:

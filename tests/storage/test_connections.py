@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import Backend
-from helpers import connections_in_use, empty_pg_database, new_id, user_msgs
+from helpers import agent_turns, connections_in_use, empty_pg_database, new_id, user_msgs
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -184,14 +184,6 @@ async def test_postgres_appends_keep_a_few_sessions_of_their_own(
 
         monkeypatch.setattr(driver, "run", recording_run)
         monkeypatch.setattr(driver, "fetch", recording_fetch)
-        ids = [new_id() for _ in range(16)]
-
-        async def turns(c: str) -> None:
-            for _ in range(6):
-                await store.read(c, limit=20)
-                await store.write(c, user_msgs(2))
-
-        await asyncio.gather(*(turns(c) for c in ids))
-        assert [await store.count(c) for c in ids] == [12] * 16
+        await agent_turns(store, tasks=16, turns=6)
         assert 1 <= len(writers) <= IN_FLIGHT
         assert len(readers - writers) > 1

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import new_id, user_msgs
+from helpers import agent_turns, new_id, user_msgs
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import histstore
@@ -92,15 +92,7 @@ async def test_writes_that_fsync_or_of_several_tasks_stay_on_the_thread(
         assert await store.read(c, limit=5) == await store.read(c)
     async with histstore.connect(tmp_path / "p.db", durability="process") as store:
         statements.clear()
-        ids = [new_id() for _ in range(4)]
-
-        async def turns(c: str) -> None:
-            for _ in range(5):
-                await store.read(c, limit=20)
-                await store.write(c, user_msgs(2))
-
-        await asyncio.gather(*(turns(c) for c in ids))
-        assert [await store.count(c) for c in ids] == [10] * 4
+        await agent_turns(store, tasks=4, turns=5)
         assert statements.on("INSERT INTO HISTSTORE_MESSAGES") == {"thread"}
         assert statements.on("SELECT") == {"loop"}
 
