@@ -22,7 +22,9 @@ on a store whose commits do not fsync) runs on the event loop's own thread when 
 same task wrote last (``SqliteDriver``'s ``inline``): one task writing after each of
 its reads, an agent loop, pays no trip to the connection's thread. Writes of
 different tasks in turn stay on the thread, where SQLite's work runs beside the
-Python of the other tasks.
+Python of the other tasks; so does every write while the WAL is estimated at half the
+size at which a commit checkpoints by itself (``engine.WAL_NET_PAGES``: the background
+checkpoints below fell behind), so that such a checkpoint never runs on the loop.
 
 Checkpoints, too, are taken off the writers' path: SQLite's own (every 1,000 WAL pages,
 run by the commit that crosses the mark) cost that one write a few milliseconds of
@@ -60,6 +62,7 @@ from typing import Any, Generic, TypeVar
 from .completion import end_all, finish_then_cancel
 from .dberrors import DATABASE_ERRORS, failure, not_committed
 from .drivers import Phase, Program, Rollback
+from .engine import WAL_NET_PAGES
 
 __all__ = ["GroupCommit"]
 
@@ -175,7 +178,8 @@ class GroupCommit:
         again = task is not None and self._last_writer is not None and self._last_writer() is task
         self._last_writer = None if task is None else weakref.ref(task)
         if _idle(self._leader) and not self._queue and self._last_size == 1:
-            return await self._run_alone(member, inline=short and again and self.inline)
+            inline = short and again and self.inline and self._wal_pages() < WAL_NET_PAGES // 2
+            return await self._run_alone(member, inline=inline)
         self._queue.append(member)
         if _idle(self._leader):
             self._leader = asyncio.ensure_future(self._lead())
@@ -188,6 +192,10 @@ class GroupCommit:
             else:
                 await finish_then_cancel(member.done)
             raise
+
+    def _wal_pages(self) -> float:
+        """The WAL's pages since the last background checkpoint, as estimated."""
+        return self._groups * self._per_group
 
     async def _run_alone(self, member: _Member[T], *, inline: bool) -> T:
         """Run the program of a writer that found nobody writing or waiting, in the
@@ -269,7 +277,7 @@ class GroupCommit:
             self._start_indexing()
         if not _idle(self._checkpointing):
             return
-        pages = self._groups * self._per_group
+        pages = self._wal_pages()
         if pages >= CHECKPOINT_PAGES:
             self._start_checkpoint()
         elif pages >= IDLE_PAGES and self._pause is None:

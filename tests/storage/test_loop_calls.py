@@ -187,3 +187,24 @@ async def test_a_failed_write_on_the_loop_thread_leaves_nothing_behind(
         assert await store.write(c, msgs("m2")) == WriteOutcome(1, False, 3)
         assert statements.on("ROLLBACK") == {"loop"}
         assert [m.content for m in await store.read(c)] == ["m0", "m1", "m2"]
+
+
+async def test_writes_keep_the_thread_while_the_wal_has_grown_large(
+    tmp_path: Path, statements: Statements
+) -> None:
+    """A commit may checkpoint by itself once the WAL is large (the background
+    checkpoints fell behind): such a commit never runs on the loop's thread."""
+    async with histstore.connect(tmp_path / "b.db", durability="process") as store:
+        group = store.internals.executor._group
+        assert group is not None
+        c = new_id()
+        await store.write(c, msgs("m0"))
+        group._groups = 10**6  # the WAL as a long run of commits without checkpoints left it
+        statements.clear()
+        await store.write(c, msgs("m1"))
+        assert statements.on("INSERT INTO HISTSTORE_MESSAGES") == {"thread"}
+        group._groups = 0  # as after a checkpoint
+        statements.clear()
+        await store.write(c, msgs("m2"))
+        assert statements.on("INSERT INTO HISTSTORE_MESSAGES") == {"loop"}
+        assert [m.content for m in await store.read(c)] == ["m0", "m1", "m2"]
