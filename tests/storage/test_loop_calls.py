@@ -153,7 +153,7 @@ async def test_a_write_meeting_another_process_lock_waits_off_the_loop(
             locked.set()
             started = time.monotonic()
             await asyncio.sleep(0.3)
-            assert time.monotonic() - started < 0.5  # the loop went on meanwhile
+            assert time.monotonic() - started < 5  # the loop went on (busy timeout: 10 s)
             assert not task.done()
             assert [m.content for m in await store.read(c, limit=5)] == ["m0"]
             other.execute("COMMIT")
