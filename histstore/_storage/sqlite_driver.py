@@ -173,8 +173,8 @@ class SqliteDriver(Driver):
             return
         try:
             raw.execute("PRAGMA busy_timeout = 0")
-        except sqlite3.ProgrammingError:  # made in another thread, with the check on
-            _REFUSED_ON_LOOP.add(conn)
+        except sqlite3.ProgrammingError as exc:  # e.g. made in another thread, checked
+            _given_up(conn, exc)
             yield None
             return
         try:
@@ -292,9 +292,11 @@ than its own (made with ``check_same_thread`` on): they run every call on their 
 def _given_up(conn: Any, exc: sqlite3.Error) -> bool:
     """Whether a call on the loop's thread, failing with ``exc`` at its first statement,
     is to run on the connection's thread instead: SQLite was busy, or the connection
-    refuses calls from other threads (then it gets none again)."""
+    refused (when it refuses calls from other threads, it gets none again; any other
+    refusal, such as a closed connection, the thread then reports)."""
     if isinstance(exc, sqlite3.ProgrammingError):
-        _REFUSED_ON_LOOP.add(conn)
+        if "thread" in str(exc):
+            _REFUSED_ON_LOOP.add(conn)
         return True
     return isinstance(exc, sqlite3.OperationalError) and _is_busy(exc)
 
