@@ -107,9 +107,9 @@ class Executor:
         self._group: GroupCommit | None = None
         if self._gated and self.driver.groups and sqlite is not None:
             index = None if read_only or self.pending is None else self.pending.index
-            run, checkpoint = self.driver.run_group, self.driver.checkpoint
-            self._group = GroupCommit(self._writing, self._connection, run, checkpoint, index)
-            self._group.inline = sqlite.synchronous == "NORMAL"  # commits without an fsync
+            run, cp = self.driver.run_group, self.driver.checkpoint
+            inline = sqlite.synchronous == "NORMAL"  # commits without an fsync
+            self._group = GroupCommit(self._writing, self._connection, run, cp, index, inline)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -120,7 +120,8 @@ class GroupCommit:
     per program, ``(True, value)`` or ``(False, exception)``
     (the driver's ``run_group``); ``checkpoint(conn)`` checkpoints the WAL; ``index()``,
     when given, is a write program indexing the pending list (returns whether more may
-    be listed).
+    be listed). ``inline``: a short program may run on the event loop's thread (the
+    store's commits do not fsync: ``durability="process"``).
     """
 
     def __init__(
@@ -132,6 +133,7 @@ class GroupCommit:
         ],
         checkpoint: Callable[[Any], Awaitable[tuple[int, int]]],
         index: Callable[[], Program[bool]] | None = None,
+        inline: bool = False,
     ) -> None:
         self._writing = writing
         self._connection = connection
@@ -153,9 +155,7 @@ class GroupCommit:
         self._indexing: asyncio.Task[None] | None = None
         self._last_writer: weakref.ref[asyncio.Task[Any]] | None = None
         self._last_size = 1  # programs of the last group
-        self.inline = False
-        """Whether a short program may run on the event loop's thread (the store's
-        commits do not fsync: ``durability="process"``)."""
+        self._inline = inline
 
     async def submit(
         self,
@@ -178,7 +178,7 @@ class GroupCommit:
         again = task is not None and self._last_writer is not None and self._last_writer() is task
         self._last_writer = None if task is None else weakref.ref(task)
         if _idle(self._leader) and not self._queue and self._last_size == 1:
-            inline = short and again and self.inline and self._wal_pages() < WAL_NET_PAGES // 2
+            inline = short and again and self._inline and self._wal_pages() < WAL_NET_PAGES // 2
             return await self._run_alone(member, inline=inline)
         self._queue.append(member)
         if _idle(self._leader):

@@ -213,8 +213,8 @@ class SqliteDriver(Driver):
                 raise
             return _written(raw, programs, phase)
 
-    @staticmethod
     def _run_on_thread(
+        self,
         conn: sqlite3.Connection,
         program: Program[T],
         phase: Phase,
@@ -225,7 +225,7 @@ class SqliteDriver(Driver):
         if begin and snapshot:
             conn.execute("BEGIN")  # deferred: in WAL mode the first read fixes a snapshot
         elif begin:
-            _take_write_lock(conn)
+            _take_write_lock(conn, self.busy_timeout_ms)
         with _rolled_back_on_failure(conn, phase):
             value = _run_steps(conn, program)
             if end and isinstance(value, Rollback):
@@ -234,11 +234,10 @@ class SqliteDriver(Driver):
                 _commit(conn, phase)
         return value
 
-    @staticmethod
     def _run_group_on_thread(
-        conn: sqlite3.Connection, programs: list[Program[Any]], phase: Phase
+        self, conn: sqlite3.Connection, programs: list[Program[Any]], phase: Phase
     ) -> list[tuple[bool, Any]]:
-        _take_write_lock(conn)
+        _take_write_lock(conn, self.busy_timeout_ms)
         return _written(conn, programs, phase)
 
 
@@ -357,9 +356,10 @@ _SQLITE_BUSY = 5
 _POLL_MAX = 0.004  # seconds between tries for the write lock, at most
 
 
-def _take_write_lock(conn: sqlite3.Connection) -> None:
+def _take_write_lock(conn: sqlite3.Connection, patience: int | None) -> None:
     """``BEGIN IMMEDIATE``, trying again every few milliseconds while another process
-    holds the database's write lock, until the connection's busy timeout has passed.
+    holds the database's write lock, until ``patience``, the connection's busy timeout
+    (ms; ``None`` in memory, where nothing else holds it), has passed.
 
     SQLite's own busy handler sleeps ever longer between tries (up to 100 ms), so a
     writer of another process could sleep on long after the lock came free; polling
@@ -367,8 +367,7 @@ def _take_write_lock(conn: sqlite3.Connection) -> None:
     busy timeout is set back for the transaction's other statements. Runs on the
     connection's own thread, where sleeping blocks nothing else.
     """
-    patience = int(conn.execute("PRAGMA busy_timeout").fetchone()[0])
-    if patience <= 0:
+    if patience is None or patience <= 0:
         conn.execute("BEGIN IMMEDIATE")
         return
     conn.execute("PRAGMA busy_timeout = 0")
