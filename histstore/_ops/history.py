@@ -70,8 +70,9 @@ class History:
         stmt = ctx.sql.read[limit is not None, stop is not None]
         params = ctx.params(conversation, start=start, stop=stop, limit=limit)
         short = limit is not None and limit <= SHORT_READ
+        group = ctx.sql.read_group if short and stop is None else None
         rows = await ctx.executor.fetch(
-            stmt, params, action="read", conversation=conversation, inline=short
+            stmt, params, action="read", conversation=conversation, inline=short, group=group
         )
         result = self.messages(rows)
         if limit is not None:

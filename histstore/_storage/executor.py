@@ -1,12 +1,11 @@
 """The executor: the one way the store reaches its database.
 
-It owns the connections a store uses (taken from the engine's pool and kept between
-calls, see ``ConnectionCache``), runs statements and programs on them through the
-driver seam (``_storage.drivers``), runs SQLAlchemy Core work for the reads that are not on the
-hot path, finishes every transaction it starts even when the caller is cancelled, and
-translates every database error (``_storage.dberrors``). It also holds the store's lifecycle: a
-closed executor, or one called from an event loop other than its own, refuses work with
-a ``HistStoreError`` before touching a connection.
+It owns the connections a store uses (``ConnectionCache``), runs statements and programs
+on them through the driver seam (``_storage.drivers``) and SQLAlchemy Core work for the
+reads off the hot path, finishes every transaction it starts even when the caller is
+cancelled, and translates every database error (``_storage.dberrors``). It holds the
+store's lifecycle: a closed executor, or one called from another event loop than its
+own, refuses work with a ``HistStoreError`` before touching a connection.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_di
 from .engine import SETTINGS_OPTION, SqliteSettings, is_memory_url
 from .group_commit import GroupCommit
 from .lending import READ_SLOTS, LentConnection, WriteTurn
+from .read_groups import ReadGroups
 from .search_index import BackgroundIndexer, PendingIndex, VectorIndex
 from .statements import dialects as _dialects
 from .transaction import Transaction
@@ -65,15 +65,13 @@ class Executor:
         self.driver: Driver = for_dialect(engine.dialect, schema, pooled=pooled, patience=patience)
         self._base_engine = engine
         if schema is not None:
-            # Core work names the schema through SQLAlchemy's translate map; compiled
-            # statements carry it already (see ``_storage.drivers``).
+            # Core work names it by SQLAlchemy's translate map (statements carry it already).
             engine = engine.execution_options(schema_translate_map={None: schema})
         self.engine = engine
         """The engine (with the store's schema, when it has one)."""
         self._sqlite = sqlite
         # PostgreSQL: single-statement writes (appends, indexing runs) keep ``IN_FLIGHT``
-        # connections of their own: each server session plans prepared statements and
-        # loads the written tables' catalog entries for itself, so only these do it.
+        # connections of their own (each server session plans statements for itself).
         writes = IN_FLIGHT if sqlite is None else 0
         self._statement_writes = ConnectionCache.for_engine(engine, limit=writes, reserve=1)
         self._cache = ConnectionCache.for_engine(engine, reserve=self._statement_writes.limit)
@@ -87,10 +85,9 @@ class Executor:
             self._loop = None
         # SQLite has one write lock per file. Writers of this store queue for it here,
         # first come first served, not in SQLite's busy handler (its growing sleeps can
-        # leave a free lock idle ~100 ms), and the programs queued meanwhile run as one
-        # transaction (``_storage.group_commit``); other processes meet this store at the
-        # lock, which the one-trip program polls for up to the busy timeout. An in-memory
-        # database is one connection that the pool already hands out in turn.
+        # leave a free lock idle ~100 ms); the programs queued meanwhile run as one
+        # transaction (``_storage.group_commit``). Other processes meet it at the lock,
+        # polled for up to the busy timeout. In memory the pool's one connection does.
         self._gated = sqlite is not None and not self._in_memory
         self._gate: WriteGate | None = None
         self._reading: AbstractAsyncContextManager[Any] = (
@@ -104,6 +101,7 @@ class Executor:
             else BackgroundIndexer(VectorIndex(self.driver), self._index_run)
         )
         self._appends = AppendGroups(statement_sender(self.write))
+        self._reads = ReadGroups(lambda st, p, a, c: self.fetch(st, p, action=a, conversation=c))
         self._group: GroupCommit | None = None
         if self._gated and self.driver.groups and sqlite is not None:
             index = None if read_only or self.pending is None else self.pending.index
@@ -144,8 +142,8 @@ class Executor:
             )
 
     async def close(self, *, dispose: bool) -> None:
-        """Give every kept connection back; with ``dispose`` close the engine too (from any
-        loop once the store's own has closed: ``_storage.orphans``)."""
+        """Give every kept connection back; with ``dispose`` close the engine too (from
+        any loop once the store's own has closed: ``_storage.orphans``)."""
         if self._closed:
             return
         orphaned = self._loop is not None and self._loop.is_closed()
@@ -154,6 +152,7 @@ class Executor:
             if self._group is not None:
                 await self._group.wait_idle()
             await self._appends.wait_idle()
+            await self._reads.wait_idle()
             if self._indexer is not None:
                 await self._indexer.close()
         self._closed = True
@@ -162,8 +161,7 @@ class Executor:
 
     def listed(self, messages: int = 1) -> None:
         """A write committed outside the groups: what it listed for the full-text index
-        (about ``messages`` messages) is indexed with the next run, or at close
-        (``_storage.search_index``)."""
+        (about ``messages`` messages) is indexed by the next run or at close."""
         if self._group is not None:
             self._group.note_listed()
         elif self._indexer is not None:
@@ -245,19 +243,21 @@ class Executor:
         action: str,
         conversation: str | None = None,
         inline: bool = False,
+        group: CompiledStatement | None = None,
     ) -> Sequence[Any]:
         """Run one reading statement (atomic by itself: no transaction) and return its rows;
-        ``inline``: a short one, see ``Driver.fetch``.
+        ``inline``: a short one, see ``Driver.fetch``; ``group``: the statement reading
+        for several such calls at once (``_storage.read_groups``).
 
         A cancelled read just loses its connection, except in memory, where that
-        connection is the database: there it runs to completion.
-
-        A read whose connection is lost while it runs (not while it is opened) runs
-        once more, on a new connection: it changes nothing, so that is safe, and a
-        connection that died unnoticed (the server restarted, a network device dropped
-        it) then costs no failure. A server that is down fails the second try too.
+        connection is the database: there it runs to completion. A read whose
+        connection is lost while it runs (not while it is opened) runs once more, on a
+        new connection: it changes nothing, so that is safe, and a connection that died
+        unnoticed (a server restart, a dropped network path) then costs no failure.
         """
         self.check()
+        if group is not None:
+            return await self._reads.fetch(stmt, group, dict(params), action, conversation)
 
         async def run() -> Sequence[Any]:
             for again in (True, False):

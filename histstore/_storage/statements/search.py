@@ -18,6 +18,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     ColumnElement,
+    Integer,
     MetaData,
     PrimaryKeyConstraint,
     Select,
@@ -35,7 +36,9 @@ from sqlalchemy import (
     table,
     text,
     true,
+    tuple_,
     union,
+    update,
 )
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
@@ -45,6 +48,7 @@ from ..drivers import EXECUTE, FETCH, Step
 
 __all__ = [
     "ListedInserts",
+    "SearchStatements",
     "message_text",
     "search",
     "search_pending",
@@ -266,3 +270,58 @@ class ListedInserts:
         after = rows[0][0]
         yield from steps
         yield EXECUTE, self._list, {"after": 0 if after is None else int(after)}
+
+
+class SearchStatements:
+    """The compiled statements of search and ``reindex`` (``Statements`` takes them)."""
+
+    def __init__(
+        self, compile_: Callable[[Any], Any], dialect: Dialect, scoped: bool, owner: Any
+    ) -> None:
+        _msg, _conv = s.messages, s.conversations
+        # Keyed by whether the search names a conversation.
+        self.search = {by: compile_(search(dialect, scoped, by)) for by in (False, True)}
+        # The same over a read-only store's index of the pending list (SQLite).
+        self.unlisted = {
+            by: compile_(search(dialect, scoped, by, s.UNLISTED_FTS)) for by in (False, True)
+        }
+        # Reindexing walks messages in key order, a page after (after_c, after_p).
+        page = (
+            select(
+                _msg.c.conversation_id,
+                _msg.c.position,
+                _msg.c.role,
+                _msg.c.data,
+                _msg.c.search_text,
+            )
+            .where(
+                tuple_(_msg.c.conversation_id, _msg.c.position)
+                > tuple_(
+                    bindparam("after_c", type_=_msg.c.conversation_id.type),
+                    bindparam("after_p", type_=BigInteger),
+                )
+            )
+            .order_by(_msg.c.conversation_id, _msg.c.position)
+            .limit(bindparam("limit", type_=Integer))
+        )
+        if scoped:
+            page = page.where(
+                exists().where(_conv.c.id == _msg.c.conversation_id, _conv.c.owner == owner)
+            )
+        self.reindex_page = compile_(page)
+        # A row as a write stores it now (``reindex``): only while it still holds the
+        # JSON it was read with (``old_``), so a message moved or replaced meanwhile is
+        # left as it is.
+        self.set_indexed = compile_(
+            update(_msg)
+            .where(
+                _msg.c.conversation_id == bindparam("c_", type_=_msg.c.conversation_id.type),
+                _msg.c.position == bindparam("p_", type_=BigInteger),
+                _msg.c.data == bindparam("old_", type_=_msg.c.data.type),
+            )
+            .values(
+                search_text=bindparam("t_", type_=_msg.c.search_text.type),
+                role=bindparam("r_", type_=_msg.c.role.type),
+                data=bindparam("d_", type_=_msg.c.data.type),
+            )
+        )

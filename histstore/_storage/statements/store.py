@@ -20,7 +20,6 @@ from sqlalchemy import (
     func,
     literal_column,
     select,
-    tuple_,
     update,
 )
 
@@ -30,6 +29,7 @@ from . import appends as _appends
 from . import dialects as _dialects
 from . import search as _search
 from .editing import EditStatements
+from .grouped_reads import read_group_statement
 
 __all__ = ["Statements"]
 
@@ -103,10 +103,16 @@ class Statements:
             )
             .returning(*grown)
         )
-        one = _appends.append_in_one_statement(dialect, scoped)
-        group = _appends.append_group_statement(dialect, scoped)
-        self.append_group = None if group is None else compile_(group)
-        self.append_one = None if one is None else compile_(one)
+        # Postgres only (``None`` elsewhere): the one-statement append, its group form
+        # and the grouped read (``_storage.append_groups``, ``_storage.read_groups``).
+        self.append_one, self.append_group, self.read_group = (
+            None if g is None else compile_(g)
+            for g in (
+                _appends.append_in_one_statement(dialect, scoped),
+                _appends.append_group_statement(dialect, scoped),
+                read_group_statement(dialect, scoped),
+            )
+        )
         # Appends only when the conversation holds exactly ``at`` messages.
         self.append_at = compile_(
             update(_conv)
@@ -401,50 +407,6 @@ class Statements:
         self.insert_message_arrays = None if arrays is None else compile_(arrays)
 
         # ---------------------------------------------------------------- search
-        # Keyed by whether the search names a conversation.
-        self.search = {by: compile_(_search.search(dialect, scoped, by)) for by in (False, True)}
-        # The same over a read-only store's index of the pending list (SQLite).
-        self.search_unlisted = {
-            by: compile_(_search.search(dialect, scoped, by, s.UNLISTED_FTS))
-            for by in (False, True)
-        }
-        # Reindexing walks messages in key order, a page after (after_c, after_p).
-        page = (
-            select(
-                _msg.c.conversation_id,
-                _msg.c.position,
-                _msg.c.role,
-                _msg.c.data,
-                _msg.c.search_text,
-            )
-            .where(
-                tuple_(_msg.c.conversation_id, _msg.c.position)
-                > tuple_(
-                    bindparam("after_c", type_=_msg.c.conversation_id.type),
-                    bindparam("after_p", type_=BigInteger),
-                )
-            )
-            .order_by(_msg.c.conversation_id, _msg.c.position)
-            .limit(bindparam("limit", type_=Integer))
-        )
-        if scoped:
-            page = page.where(
-                exists().where(_conv.c.id == _msg.c.conversation_id, _conv.c.owner == owner)
-            )
-        self.reindex_page = compile_(page)
-        # A row as a write stores it now (``reindex``): only while it still holds the
-        # JSON it was read with (``old_``), so a message moved or replaced meanwhile is
-        # left as it is.
-        self.set_indexed = compile_(
-            update(_msg)
-            .where(
-                _msg.c.conversation_id == bindparam("c_", type_=_msg.c.conversation_id.type),
-                _msg.c.position == bindparam("p_", type_=BigInteger),
-                _msg.c.data == bindparam("old_", type_=_msg.c.data.type),
-            )
-            .values(
-                search_text=bindparam("t_", type_=_msg.c.search_text.type),
-                role=bindparam("r_", type_=_msg.c.role.type),
-                data=bindparam("d_", type_=_msg.c.data.type),
-            )
-        )
+        found = _search.SearchStatements(compile_, dialect, scoped, owner)
+        self.search, self.search_unlisted = found.search, found.unlisted
+        self.reindex_page, self.set_indexed = found.reindex_page, found.set_indexed
