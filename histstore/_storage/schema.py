@@ -25,17 +25,22 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    literal_column,
     text,
 )
 from sqlalchemy.types import TypeDecorator
 
 from .statements.kinds import is_sqlite
 
+ONE = literal_column("1", BigInteger)
+"""1 written into the SQL: a bound constant costs a conversion at every execution."""
+
 __all__ = [
     "CONVERSATION_TABLES",
     "FTS_LISTED",
     "FTS_TABLE",
     "LISTED_CHANGE",
+    "ONE",
     "PG_SEARCH_TABLES",
     "VERSION_TABLE",
     "asides",
@@ -151,11 +156,10 @@ conversations = Table(
     Column("next_entry", BigInteger, nullable=False, server_default=text("1")),
     Column("next_aside", BigInteger, nullable=False, server_default=text("1")),
     Column("halted", Text, nullable=True),
-    # How many of its changes a histstore that lists the messages it inserts for the
-    # full-text index made (revision a2f6c8e4d0b3): every statement that sets ``length``
-    # or ``revision`` adds one (``LISTED_CHANGE``). On SQLite a change that leaves it as
-    # it was is an older writer's, which relied on a trigger to list its messages: the
-    # database refuses it.
+    # Changes made by a histstore that lists what it inserts for the full-text index
+    # (a2f6c8e4d0b3): each statement setting ``length`` or ``revision`` adds one
+    # (``LISTED_CHANGE``). On SQLite a change leaving it as it was is an older writer's
+    # (relying on a trigger to list its messages): the database refuses it.
     Column("listed_changes", BigInteger, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("id"),
     Index(None, "created_at", "id"),
@@ -165,9 +169,9 @@ conversations = Table(
     Index(None, "owner", "updated_at", "id"),
 )
 
-LISTED_CHANGE: dict[str, Any] = {"listed_changes": conversations.c.listed_changes + 1}
+LISTED_CHANGE: dict[str, Any] = {"listed_changes": conversations.c.listed_changes + ONE}
 """The SET clause every UPDATE of a conversation's ``length`` or ``revision`` carries (an
-INSERT gives ``listed_changes=1``): see the column."""
+INSERT gives ``listed_changes=1``): see the column. ``ONE`` is written into the SQL."""
 
 messages = Table(
     "histstore_messages",
@@ -180,10 +184,9 @@ messages = Table(
     Column("created_at", UTCDateTime, nullable=False),
     # What search finds the message by, where not its string ``content`` (NULL then, or
     # with no text; '' for no text beside a string content: ``rows.stored_search_text``).
-    # The full-text index covers ``statements.search.message_text``: on SQLite the FTS5
-    # table ``histstore_messages_fts`` (external content: a view of that text), on
-    # Postgres the tables ``PG_SEARCH_TABLES``. Neither is described here: both are the
-    # migrations' (``_storage.statements.search`` holds the queries that use them).
+    # The full-text index covers ``statements.search.message_text``: SQLite's FTS5 table
+    # ``histstore_messages_fts`` (external content), Postgres's ``PG_SEARCH_TABLES``; both
+    # are the migrations', not described here (``statements.search`` queries them).
     Column("search_text", Text, nullable=True),
     # The entry's stable id in its conversation (SPEC 11) and who edited it in (NULL
     # for what ``write`` stores). No index: reads go by position.
@@ -220,19 +223,17 @@ writes = Table(
     Column("count", Integer, nullable=False),
     Column("digest", String(64), nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
-    # A batch that stored something is also the conversation's change record at
-    # ``revision``: it appended its last ``appended`` messages at the end. The entries
-    # it added are not copied here; ``_editable.change_log`` recovers them from the entries that
-    # followed. NULL for a batch that only confirmed messages already stored.
+    # A batch that stored something is also the change record at ``revision``: it
+    # appended its last ``appended`` messages (``_editable.change_log`` recovers its
+    # entries from those that followed). NULL: it only confirmed messages stored before.
     Column("revision", BigInteger, nullable=True),
     Column("appended", Integer, nullable=True),
     PrimaryKeyConstraint("conversation_id", "key"),
 )
 
 # Every other change record (SPEC 11): edits, pops, saves, fork targets, imports.
-# ``record`` is the change's JSON (``_editable.change_log.encode``): its parts with the
-# entries it removed in full and the entries it added only counted, as those are
-# recovered from what followed.
+# ``record`` is the change's JSON (``_editable.change_log.encode``): the entries it
+# removed in full, those it added only counted (recovered from what followed).
 changes = Table(
     "histstore_changes",
     metadata,
@@ -326,10 +327,9 @@ list_items = Table(
 )
 
 # Embeddings of messages for ``SemanticIndex``: one unit-length float32 vector (little
-# endian) per message and embedding model. Deleting a message deletes its vectors in
-# the same statement (a trigger on each database; no foreign key, whose check of every
-# moved row was half of a long splice: f7c2a9d3e8b4), so a vector always belongs to the
-# message stored at its position now.
+# endian) per message and embedding model. Deleting a message deletes its vectors in the
+# same statement (a trigger on each database; no foreign key, whose check of every moved
+# row was half of a long splice: f7c2a9d3e8b4): a vector belongs to the message there now.
 vectors = Table(
     "histstore_vectors",
     metadata,

@@ -21,8 +21,8 @@ from sqlalchemy import (
     bindparam,
     cast,
     func,
-    literal,
     literal_column,
+    null,
     select,
     true,
 )
@@ -83,10 +83,10 @@ def _grown(created: Any, scoped: bool, *returning: Any) -> Any:
             index_elements=[conv.c.id],
             set_={
                 "length": conv.c.length + excluded.length,
-                "revision": conv.c.revision + 1,
+                "revision": conv.c.revision + s.ONE,
                 **s.LISTED_CHANGE,
                 "next_entry": conv.c.next_entry + excluded.length,
-                "halted": None,
+                "halted": null(),
                 "updated_at": excluded.updated_at,
             },
             where=(conv.c.owner == excluded.owner) if scoped else None,
@@ -120,9 +120,9 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
         id=c,
         owner=owner,
         length=n,
-        revision=1,
-        next_entry=n + 1,
-        listed_changes=1,
+        revision=s.ONE,
+        next_entry=n + s.ONE,
+        listed_changes=s.ONE,
         created_at=now,
         updated_at=now,
     )
@@ -152,16 +152,16 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
     listed = _listed()
     placed = select(
         c,
-        recorded.c.position + rows.c.ord - 1,
+        recorded.c.position + rows.c.ord - s.ONE,
         rows.c.role,
         rows.c.data,
         cast(rows.c.token_count, Integer),
         now,
         rows.c.search_text,
-        grown.c.next_entry - n + rows.c.ord - 1,
+        grown.c.next_entry - n + rows.c.ord - s.ONE,
     ).select_from(recorded.join(rows, true()).join(grown, true()).join(listed, true()))
     inserted = msg.insert().from_select(_MESSAGE_COLUMNS, placed)
-    runs = _list_runs(select(c, grown.c.next_entry - n, grown.c.next_entry - 1))
+    runs = _list_runs(select(c, grown.c.next_entry - n, grown.c.next_entry - s.ONE))
     return select(grown.c.length).add_cte(recorded).add_cte(inserted.cte("inserted")).add_cte(runs)
 
 
@@ -199,9 +199,7 @@ def append_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None
             "created_at",
             "updated_at",
         ],
-        select(
-            b.c.c, b.c.owner, n, literal(1, BigInteger), n + 1, literal(1, BigInteger), now, now
-        ),
+        select(b.c.c, b.c.owner, n, s.ONE, n + s.ONE, s.ONE, now, now),
     )
     grown = _grown(created, scoped, conv.c.id, conv.c.length, conv.c.revision, conv.c.next_entry)
     record = select(
@@ -239,7 +237,7 @@ def append_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None
         select(
             recorded.c.conversation_id,
             grown.c.next_entry - recorded.c.count,
-            grown.c.next_entry - 1,
+            grown.c.next_entry - s.ONE,
         ).select_from(recorded.join(grown, grown.c.id == recorded.c.conversation_id))
     )
     return (

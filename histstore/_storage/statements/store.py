@@ -19,6 +19,7 @@ from sqlalchemy import (
     exists,
     func,
     literal_column,
+    null,
     select,
     update,
 )
@@ -87,7 +88,7 @@ class Statements:
             "revision": _conv.c.revision + 1,
             **s.LISTED_CHANGE,
             "next_entry": _conv.c.next_entry + n,
-            "halted": None,
+            "halted": null(),
             "updated_at": now,
         }
         grown = (_conv.c.length, _conv.c.revision, _conv.c.next_entry)
