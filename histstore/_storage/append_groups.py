@@ -7,7 +7,7 @@ up to ``MAX_GROUP`` of them, to distinct conversations, as one statement
 (``append_group_statement``): one round trip, one transaction and one commit (one WAL
 flush) for them all, where each would pay its own. A writer that finds a free slot and
 nobody queued sends its own statement from its own task, at once: a store that is not
-busy writes as before.
+busy writes as before. The queue is ``_storage.statement_groups``'.
 
 Every writer gets what its own statement would have given. A group the server refused
 (nothing committed: a deadlock, a value one batch holds that the server rejects) is
@@ -23,61 +23,23 @@ this store or of other processes never wait for each other in a cycle.
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from .completion import end_all, finish_then_cancel
 from .dberrors import DatabaseFailure, failure
 from .drivers import FETCH, CompiledStatement, Program
+from .statement_groups import AGAIN, IN_FLIGHT, Member, Rows, Send, StatementGroups, settle
 from .statements.appends import group_params
 
-__all__ = ["AppendGroups", "statement_sender"]
-
-IN_FLIGHT = 2
-"""Appends (a lone one or a group) a store has sent and awaits at once."""
-
-MAX_GROUP = 64
-"""Batches in one group statement at most (the rest wait for the next one)."""
-
-Rows = list[Any]
-Send = Callable[[CompiledStatement, dict[str, Any], str, str | None], Awaitable[Rows]]
-"""Runs a statement as its own transaction and returns its rows; raises
-``DatabaseFailure`` (the executor's single-statement write)."""
+__all__ = ["IN_FLIGHT", "AppendGroups", "statement_sender"]
 
 
-class _Again:
-    """The answer to a member of a group the server refused: send your own."""
-
-
-_AGAIN = _Again()
-
-
-@dataclass(slots=True, eq=False)  # members are told apart by identity
-class _Member:
-    one: CompiledStatement
-    group: CompiledStatement
-    params: dict[str, Any]
-    action: str
-    done: asyncio.Future[Rows | _Again]
-    started: bool = False
-
-    @property
-    def conversation(self) -> str:
-        return str(self.params["c"])
-
-
-class AppendGroups:
+class AppendGroups(StatementGroups):
     """A store's appends in flight and the writers queued behind them (module doc)."""
 
     def __init__(self, send: Send) -> None:
-        self._send = send
-        self._queue: deque[_Member] = deque()
-        self._in_flight = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        super().__init__(send, to_end=True)
         self._now: datetime | None = None  # the latest group's stamp
 
     async def append(
@@ -91,80 +53,17 @@ class AppendGroups:
         group statement ``group`` (``None``: always alone). A writer cancelled while
         queued leaves nothing done; once its group is sent, the caller sees its
         ``CancelledError`` after the group ends."""
-        if group is None or (self._in_flight < IN_FLIGHT and not self._queue):
-            self._in_flight += 1
-            try:
-                return await self._send(one, params, action, params["c"])
-            finally:
-                self._in_flight -= 1
-                self._start()
-        member = _Member(one, group, params, action, asyncio.get_running_loop().create_future())
-        self._queue.append(member)
-        self._start()
-        try:
-            rows = await asyncio.shield(member.done)
-        except asyncio.CancelledError:
-            if not member.started:
-                self._queue.remove(member)
-            else:
-                await finish_then_cancel(member.done)
-            raise
-        if isinstance(rows, _Again):
-            return await self._send(one, params, action, params["c"])
-        return rows
+        return await self.submit(one, group, params, action, params["c"])
 
-    async def wait_idle(self) -> None:
-        """Return once no group is in flight (the queue empties with them)."""
-        while self._tasks:
-            await asyncio.wait(set(self._tasks))
+    def _admits(self, member: Member, taken: list[Member]) -> bool:
+        """One batch a conversation in a group (one statement cannot update a row
+        twice): a conversation's next append waits for the next group."""
+        return super()._admits(member, taken) and all(
+            m.conversation != member.conversation for m in taken
+        )
 
-    def _start(self) -> None:
-        while self._queue and self._in_flight < IN_FLIGHT:
-            group = self._take()
-            self._in_flight += 1
-            task = asyncio.ensure_future(self._run(group))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    def _take(self) -> list[_Member]:
-        """The next group: the first queued member and those behind it sent by the same
-        statement, one a conversation, in queue order."""
-        statement = self._queue[0].group
-        taken: dict[str, _Member] = {}
-        kept: deque[_Member] = deque()
-        while self._queue:
-            member = self._queue.popleft()
-            if (
-                len(taken) < MAX_GROUP
-                and member.group is statement
-                and member.conversation not in taken
-            ):
-                member.started = True
-                taken[member.conversation] = member
-            else:
-                kept.append(member)
-        self._queue = kept
-        return [taken[c] for c in sorted(taken)]
-
-    async def _run(self, group: list[_Member]) -> None:
-        try:
-            if len(group) == 1:
-                member = group[0]
-                rows = await self._send(
-                    member.one, member.params, member.action, member.conversation
-                )
-                _settle(member.done, rows)
-            else:
-                await self._run_group(group)
-        except BaseException as exc:
-            end_all((member.done for member in group), exc)
-            if not isinstance(exc, Exception):
-                raise
-        finally:
-            self._in_flight -= 1
-            self._start()
-
-    async def _run_group(self, group: list[_Member]) -> None:
+    async def _run_group(self, group: list[Member]) -> None:
+        group = sorted(group, key=lambda m: str(m.conversation))  # the rows' lock order
         stamps = [m.params["now"] for m in group]
         if self._now is not None:
             stamps.append(self._now)
@@ -175,7 +74,7 @@ class AppendGroups:
         except DatabaseFailure as exc:
             if exc.phase == "body":  # nothing committed: each sends its own
                 for member in group:
-                    _settle(member.done, _AGAIN)
+                    settle(member.done, AGAIN)
                 return
             cause = exc.__cause__ if exc.__cause__ is not None else exc
             for member in group:
@@ -186,13 +85,8 @@ class AppendGroups:
             return
         lengths = {str(c): int(length) for c, length in rows}
         for member in group:
-            length = lengths.get(member.conversation)
-            _settle(member.done, [] if length is None else [(length,)])
-
-
-def _settle(done: asyncio.Future[Rows | _Again], value: Rows | _Again) -> None:
-    if not done.done():
-        done.set_result(value)
+            length = lengths.get(str(member.conversation))
+            settle(member.done, [] if length is None else [(length,)])
 
 
 def statement_sender(write: Callable[..., Awaitable[Any]]) -> Send:

@@ -257,7 +257,7 @@ class Executor:
         """
         self.check()
         if group is not None:
-            return await self._reads.fetch(stmt, group, dict(params), action, conversation)
+            return await self._reads.submit(stmt, group, dict(params), action, conversation)
 
         async def run() -> Sequence[Any]:
             for again in (True, False):
@@ -339,7 +339,7 @@ class Executor:
         *,
         action: str,
         lists: int,
-    ) -> list[Any]:
+    ) -> Sequence[Any]:
         """Run the append statement ``one`` with ``params`` as its own transaction and
         return its rows; concurrent appends go together in a ``group`` statement where
         there is one, each still getting its own rows or failure (``append_groups``)."""

@@ -73,7 +73,7 @@ async def _settled() -> None:
 async def _busy(groups: ReadGroups) -> list[asyncio.Future[Any]]:
     """Fill every slot with a lone read, held by the server."""
     busy = [
-        asyncio.ensure_future(groups.fetch(ONE, GROUP, _params(f"busy{i}"), "read", None))
+        asyncio.ensure_future(groups.submit(ONE, GROUP, _params(f"busy{i}"), "read", None))
         for i in range(read_groups.IN_FLIGHT)
     ]
     await _settled()
@@ -88,7 +88,7 @@ def server() -> Server:
 async def test_a_lone_reader_sends_its_own_statement(server: Server) -> None:
     groups = ReadGroups(server.fetch)
     server.gate.set()
-    assert await groups.fetch(ONE, GROUP, _params("a"), "read", "a") == [("a4", 4), ("a3", 3)]
+    assert await groups.submit(ONE, GROUP, _params("a"), "read", "a") == [("a4", 4), ("a3", 3)]
     assert [s for s, *_ in server.sent] == [ONE]
 
 
@@ -96,7 +96,7 @@ async def test_readers_arriving_meanwhile_go_in_one_statement(server: Server) ->
     groups = ReadGroups(server.fetch)
     busy = await _busy(groups)
     asks = [_params("b", 3), _params("a", 2, start=4), _params("b", 1), _params("zz", 2)]
-    later = [asyncio.ensure_future(groups.fetch(ONE, GROUP, p, "read", None)) for p in asks]
+    later = [asyncio.ensure_future(groups.submit(ONE, GROUP, p, "read", None)) for p in asks]
     await _settled()
     server.gate.set()
     await asyncio.gather(*busy)
@@ -124,7 +124,7 @@ async def test_a_group_is_at_most_max_group_readers(server: Server) -> None:
     busy = await _busy(groups)
     many = read_groups.MAX_GROUP + 3
     later = [
-        asyncio.ensure_future(groups.fetch(ONE, GROUP, _params("a", 1), "read", None))
+        asyncio.ensure_future(groups.submit(ONE, GROUP, _params("a", 1), "read", None))
         for _ in range(many)
     ]
     await _settled()
@@ -141,7 +141,7 @@ async def test_a_failed_group_reads_each_member_on_its_own(server: Server) -> No
     server.fail_groups = True
     server.fail.add("bad")
     names = ["a", "bad", "c"]
-    later = [asyncio.ensure_future(groups.fetch(ONE, GROUP, _params(c), "read", c)) for c in names]
+    later = [asyncio.ensure_future(groups.submit(ONE, GROUP, _params(c), "read", c)) for c in names]
     await _settled()
     server.gate.set()
     await asyncio.gather(*busy)
@@ -157,7 +157,7 @@ async def test_a_lone_queued_reader_meets_its_own_failure(server: Server) -> Non
     groups = ReadGroups(server.fetch)
     busy = await _busy(groups)
     server.fail.add("bad")
-    bad = asyncio.ensure_future(groups.fetch(ONE, GROUP, _params("bad"), "read", "bad"))
+    bad = asyncio.ensure_future(groups.submit(ONE, GROUP, _params("bad"), "read", "bad"))
     await _settled()
     server.gate.set()
     await asyncio.gather(*busy)
@@ -169,8 +169,8 @@ async def test_a_lone_queued_reader_meets_its_own_failure(server: Server) -> Non
 async def test_a_reader_cancelled_while_queued_is_not_sent(server: Server) -> None:
     groups = ReadGroups(server.fetch)
     busy = await _busy(groups)
-    gone = asyncio.ensure_future(groups.fetch(ONE, GROUP, _params("gone"), "read", None))
-    kept = asyncio.ensure_future(groups.fetch(ONE, GROUP, _params("a"), "read", None))
+    gone = asyncio.ensure_future(groups.submit(ONE, GROUP, _params("gone"), "read", None))
+    kept = asyncio.ensure_future(groups.submit(ONE, GROUP, _params("a"), "read", None))
     await _settled()
     gone.cancel()
     await _settled()
@@ -188,7 +188,7 @@ async def test_a_reader_cancelled_in_a_sent_group_leaves_the_others_theirs(
     groups = ReadGroups(server.fetch)
     busy = await _busy(groups)
     later = [
-        asyncio.ensure_future(groups.fetch(ONE, GROUP, _params(c), "read", None)) for c in "ab"
+        asyncio.ensure_future(groups.submit(ONE, GROUP, _params(c), "read", None)) for c in "ab"
     ]
     await _settled()
     server.group_gate.clear()

@@ -1,0 +1,168 @@
+"""Statements sent alone or in groups (Postgres): the queue behind grouped appends
+(``_storage.append_groups``) and grouped reads (``_storage.read_groups``).
+
+A store sends at most ``IN_FLIGHT`` statements of a kind at once. A caller that finds
+a free slot and nobody queued sends its own statement from its own task, at once: a
+store that is not busy runs as before. The callers that arrive meanwhile queue, and
+the next free slot sends up to ``MAX_GROUP`` of them as one group statement; a queued
+caller left alone in its group sends its own statement from the group's task. Each
+caller gets the rows its own statement would have given; what a group's failure means
+for its members is the kind's (``_run_group``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .completion import end_all, finish_then_cancel
+from .drivers import CompiledStatement
+
+__all__ = [
+    "AGAIN",
+    "IN_FLIGHT",
+    "MAX_GROUP",
+    "Member",
+    "Rows",
+    "Send",
+    "StatementGroups",
+    "settle",
+]
+
+IN_FLIGHT = 2
+"""Statements of a kind (a lone one or a group) a store has sent and awaits at once."""
+
+MAX_GROUP = 64
+"""Members of one group statement at most (the rest wait for the next one)."""
+
+Rows = Sequence[Any]
+Send = Callable[[CompiledStatement, dict[str, Any], str, str | None], Awaitable[Rows]]
+"""Runs one statement and returns its rows; raises ``DatabaseFailure``."""
+
+
+class Again:
+    """The answer to a member of a group that failed as a whole: send your own."""
+
+
+AGAIN = Again()
+
+
+@dataclass(slots=True, eq=False)  # members are told apart by identity
+class Member:
+    """A queued caller: its own statement and parameters, the group statement that
+    can carry it, and where its rows go."""
+
+    one: CompiledStatement
+    group: CompiledStatement
+    params: dict[str, Any]
+    action: str
+    conversation: str | None
+    done: asyncio.Future[Rows | Again]
+    started: bool = False
+
+
+class StatementGroups:
+    """The statements of one kind in flight and the callers queued behind them (module
+    doc). A kind gives ``_run_group`` and may narrow ``_take``."""
+
+    def __init__(self, send: Send, *, to_end: bool) -> None:
+        self._send = send
+        self._to_end = to_end
+        """A caller cancelled once its group was sent waits for the group to end (a
+        write, whose outcome it then knows); else it just stops waiting (a read)."""
+        self._queue: deque[Member] = deque()
+        self._in_flight = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def submit(
+        self,
+        one: CompiledStatement,
+        group: CompiledStatement | None,
+        params: dict[str, Any],
+        action: str,
+        conversation: str | None,
+    ) -> Rows:
+        """The rows of ``one`` with ``params``, sent alone or with others' by ``group``
+        (``None``: always alone). A caller cancelled while queued leaves nothing sent."""
+        if group is None or (self._in_flight < IN_FLIGHT and not self._queue):
+            self._in_flight += 1
+            try:
+                return await self._send(one, params, action, conversation)
+            finally:
+                self._in_flight -= 1
+                self._start()
+        done: asyncio.Future[Rows | Again] = asyncio.get_running_loop().create_future()
+        member = Member(one, group, params, action, conversation, done)
+        self._queue.append(member)
+        self._start()
+        try:
+            rows = await (asyncio.shield(done) if self._to_end else done)
+        except asyncio.CancelledError:
+            if not member.started:
+                self._queue.remove(member)
+            elif self._to_end:
+                await finish_then_cancel(done)
+            raise
+        if isinstance(rows, Again):
+            return await self._send(one, params, action, conversation)
+        return rows
+
+    async def wait_idle(self) -> None:
+        """Return once no group is in flight (the queue empties with them)."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    def _start(self) -> None:
+        while self._queue and self._in_flight < IN_FLIGHT:
+            group = self._take()
+            self._in_flight += 1
+            task = asyncio.ensure_future(self._run(group))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _admits(self, member: Member, taken: list[Member]) -> bool:
+        """Whether ``member`` joins the group being taken (``taken``, not empty, holds
+        the first queued and those admitted so far): here, one of the same statement."""
+        return member.group is taken[0].group
+
+    def _take(self) -> list[Member]:
+        """The next group: the first queued member and up to ``MAX_GROUP - 1`` behind it
+        that ``_admits``, in queue order."""
+        taken: list[Member] = []
+        kept: deque[Member] = deque()
+        for member in self._queue:
+            if not taken or (len(taken) < MAX_GROUP and self._admits(member, taken)):
+                member.started = True
+                taken.append(member)
+            else:
+                kept.append(member)
+        self._queue = kept
+        return taken
+
+    async def _run(self, group: list[Member]) -> None:
+        try:
+            if len(group) == 1:  # its own statement; its failure is its own
+                m = group[0]
+                settle(m.done, await self._send(m.one, m.params, m.action, m.conversation))
+            else:
+                await self._run_group(group)
+        except BaseException as exc:
+            end_all((member.done for member in group), exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._in_flight -= 1
+            self._start()
+
+    async def _run_group(self, group: list[Member]) -> None:
+        """Send ``group`` (two members or more) as one statement and settle each."""
+        raise NotImplementedError
+
+
+def settle(done: asyncio.Future[Rows | Again], value: Rows | Again) -> None:
+    """Give a member its answer, unless it stopped waiting."""
+    if not done.done():
+        done.set_result(value)
