@@ -23,7 +23,7 @@ this store or of other processes never wait for each other in a cycle.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -46,7 +46,7 @@ class AppendGroups(StatementGroups):
         self,
         one: CompiledStatement,
         group: CompiledStatement | None,
-        params: dict[str, Any],
+        params: Mapping[str, Any],
         action: str,
     ) -> Rows:
         """Append as ``one`` with ``params`` would (the rows it returns), alone or in a
@@ -94,7 +94,10 @@ def statement_sender(write: Callable[..., Awaitable[Any]]) -> Send:
     that is its own transaction (``single=True``)."""
 
     async def send(
-        statement: CompiledStatement, params: dict[str, Any], action: str, conversation: str | None
+        statement: CompiledStatement,
+        params: Mapping[str, Any],
+        action: str,
+        conversation: str | None,
     ) -> Rows:
         rows = await write(
             _fetch(statement, params),
@@ -108,5 +111,5 @@ def statement_sender(write: Callable[..., Awaitable[Any]]) -> Send:
     return send
 
 
-def _fetch(statement: CompiledStatement, params: dict[str, Any]) -> Program[Any]:
+def _fetch(statement: CompiledStatement, params: Mapping[str, Any]) -> Program[Any]:
     return (yield FETCH, statement, params)

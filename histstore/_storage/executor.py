@@ -103,10 +103,10 @@ class Executor:
         self._appends = AppendGroups(statement_sender(self.write))
         self._reads = ReadGroups(lambda st, p, a, c: self.fetch(st, p, action=a, conversation=c))
         self._group: GroupCommit | None = None
-        if self._gated and self.driver.groups and sqlite is not None:
+        if self._gated and self.driver.groups:
             index = None if read_only or self.pending is None else self.pending.index
             run, cp = self.driver.run_group, self.driver.checkpoint
-            inline = sqlite.synchronous == "NORMAL"  # commits without an fsync
+            inline = sqlite is not None and sqlite.synchronous == "NORMAL"  # commits, no fsync
             self._group = GroupCommit(self._writing, self._connection, run, cp, index, inline)
 
     # ------------------------------------------------------------------ lifecycle
@@ -257,7 +257,7 @@ class Executor:
         """
         self.check()
         if group is not None:
-            return await self._reads.submit(stmt, group, dict(params), action, conversation)
+            return await self._reads.submit(stmt, group, params, action, conversation)
 
         async def run() -> Sequence[Any]:
             for again in (True, False):

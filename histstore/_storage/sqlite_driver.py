@@ -226,13 +226,7 @@ class SqliteDriver(Driver):
             conn.execute("BEGIN")  # deferred: in WAL mode the first read fixes a snapshot
         elif begin:
             _take_write_lock(conn, self.busy_timeout_ms)
-        with _rolled_back_on_failure(conn, phase):
-            value = _run_steps(conn, program)
-            if end and isinstance(value, Rollback):
-                conn.execute("ROLLBACK")
-            elif end:
-                _commit(conn, phase)
-        return value
+        return _transaction(conn, program, phase, end)
 
     def _run_group_on_thread(
         self, conn: sqlite3.Connection, programs: list[Program[Any]], phase: Phase
@@ -241,18 +235,26 @@ class SqliteDriver(Driver):
         return _written(conn, programs, phase)
 
 
+def _transaction(
+    conn: sqlite3.Connection, program: Program[T], phase: Phase, end: bool
+) -> T | Rollback[T]:
+    """``program``'s steps in the transaction begun on ``conn``; with ``end``, then its
+    COMMIT (or ROLLBACK, for a ``Rollback``). Rolled back on failure."""
+    with _rolled_back_on_failure(conn, phase):
+        value = _run_steps(conn, program)
+        if end and isinstance(value, Rollback):
+            conn.execute("ROLLBACK")
+        elif end:
+            _commit(conn, phase)
+    return value
+
+
 def _written(
     conn: sqlite3.Connection, programs: list[Program[Any]], phase: Phase
 ) -> list[tuple[bool, Any]]:
     """``SqliteDriver.run_group``'s transaction, its write lock taken."""
     if len(programs) == 1:
-        with _rolled_back_on_failure(conn, phase):
-            value = _run_steps(conn, programs[0])
-            if isinstance(value, Rollback):
-                conn.execute("ROLLBACK")
-            else:
-                _commit(conn, phase)
-        return [(True, value)]
+        return [(True, _transaction(conn, programs[0], phase, end=True))]
     outcomes: list[tuple[bool, Any]] = []
     with _rolled_back_on_failure(conn, phase):
         for program in programs:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,7 @@ MAX_GROUP = 64
 """Members of one group statement at most (the rest wait for the next one)."""
 
 Rows = Sequence[Any]
-Send = Callable[[CompiledStatement, dict[str, Any], str, str | None], Awaitable[Rows]]
+Send = Callable[[CompiledStatement, Mapping[str, Any], str, str | None], Awaitable[Rows]]
 """Runs one statement and returns its rows; raises ``DatabaseFailure``."""
 
 
@@ -57,7 +57,7 @@ class Member:
 
     one: CompiledStatement
     group: CompiledStatement
-    params: dict[str, Any]
+    params: Mapping[str, Any]
     action: str
     conversation: str | None
     done: asyncio.Future[Rows | Again]
@@ -81,7 +81,7 @@ class StatementGroups:
         self,
         one: CompiledStatement,
         group: CompiledStatement | None,
-        params: dict[str, Any],
+        params: Mapping[str, Any],
         action: str,
         conversation: str | None,
     ) -> Rows:

@@ -9,7 +9,7 @@ together); ``group_params`` builds its parameters from the members' own.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,10 +17,8 @@ from sqlalchemy import (
     BigInteger,
     ColumnElement,
     Integer,
-    Text,
     bindparam,
     cast,
-    func,
     literal_column,
     null,
     select,
@@ -31,6 +29,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import Select
 
 from .. import schema as s
+from .dialects import text_arrays
 from .search import search_pending
 
 LISTED_SETTING = "histstore.search_listed"
@@ -63,12 +62,6 @@ def _list_runs(runs: Select[Any]) -> Any:
     the search index (the trigger's work, for a statement that knows its runs)."""
     columns = ["conversation_id", "first_entry", "last_entry"]
     return search_pending.insert().from_select(columns, runs).cte("runs")
-
-
-def _texts(*names: str) -> Any:
-    """``unnest`` of text array parameters ``names`` (asyncpg knows ``text[]`` on every
-    connection; an ``int4[]`` parameter costs it a type lookup per new connection)."""
-    return func.unnest(*(bindparam(n, type_=postgresql.ARRAY(Text)) for n in names))
 
 
 def _grown(created: Any, scoped: bool, *returning: Any) -> Any:
@@ -145,7 +138,7 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
         .cte("recorded")
     )
     rows = (
-        _texts("roles", "datas", "tokens", "texts")
+        text_arrays("roles", "datas", "tokens", "texts")
         .table_valued("role", "data", "token_count", "search_text", with_ordinality="ord")
         .render_derived()
     )
@@ -183,7 +176,7 @@ def append_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None
     conv, msg, writes = s.conversations, s.messages, s.writes
     now = bindparam("now", type_=conv.c.updated_at.type)
     b = select(
-        _texts("cs", "owners", "ns", "keys", "digests")
+        text_arrays("cs", "owners", "ns", "keys", "digests")
         .table_valued("c", "owner", "n", "key", "digest")
         .render_derived()
     ).cte("batches")
@@ -212,7 +205,7 @@ def append_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None
         .cte("recorded")
     )
     rows = (
-        _texts("mcs", "slots", "roles", "datas", "tokens", "texts")
+        text_arrays("mcs", "slots", "roles", "datas", "tokens", "texts")
         .table_valued("c", "slot", "role", "data", "token_count", "search_text")
         .render_derived()
     )
@@ -248,7 +241,7 @@ def append_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None
     )
 
 
-def group_params(members: Sequence[dict[str, Any]], now: datetime) -> dict[str, Any]:
+def group_params(members: Sequence[Mapping[str, Any]], now: datetime) -> dict[str, Any]:
     """The parameters of ``append_group_statement`` for ``members``: each the
     parameters ``append_in_one_statement`` takes for one batch, for distinct
     conversations, in the order their rows are to be locked. ``now`` stamps them all."""

@@ -44,6 +44,7 @@ __all__ = [
     "lock_for_migration",
     "messages_from_arrays",
     "mode_options",
+    "text_arrays",
 ]
 
 Mode = Literal["read", "snapshot", "write"]
@@ -200,3 +201,10 @@ def messages_from_arrays(dialect: Dialect) -> Any:
         rows.c.author,
     )
     return msg.insert().from_select([c.name for c in msg.columns], placed)  # in their order
+
+
+def text_arrays(*names: str) -> Any:
+    """PostgreSQL: ``unnest`` of text array parameters ``names`` (asyncpg knows ``text[]``
+    on every connection; an ``int4[]`` parameter costs it a type lookup per new
+    connection)."""
+    return func.unnest(*(bindparam(n, type_=postgresql.ARRAY(Text)) for n in names))

@@ -7,24 +7,17 @@ its own read (``Statements.read[True, False]``) would have given.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import BigInteger, ColumnElement, and_, bindparam, cast, exists, func, select, true
-from sqlalchemy.dialects import postgresql
+from sqlalchemy import BigInteger, ColumnElement, and_, cast, exists, select, true
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import Select
-from sqlalchemy.types import Text
 
 from .. import schema as s
+from .dialects import text_arrays
 
-__all__ = ["read_group_params", "read_group_statement", "text_arrays"]
-
-
-def text_arrays(*names: str) -> Any:
-    """``unnest`` of text array parameters ``names`` (asyncpg knows ``text[]`` on every
-    connection; an ``int4[]`` parameter costs it a type lookup per new connection)."""
-    return func.unnest(*(bindparam(n, type_=postgresql.ARRAY(Text)) for n in names))
+__all__ = ["read_group_params", "read_group_statement"]
 
 
 def read_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None:
@@ -65,7 +58,7 @@ def read_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None:
     )
 
 
-def read_group_params(members: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def read_group_params(members: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The parameters of ``read_group_statement`` for ``members``, each the parameters
     of one read (``c``, ``owner``, ``start``, ``limit``), in the order given."""
     return {

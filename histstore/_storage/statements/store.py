@@ -85,7 +85,7 @@ class Statements:
         # An append is a change record: the conversation's revision grows by one, the
         # batch takes the next entry ids, and the halt is cleared (SPEC 11).
         appended = {
-            "revision": _conv.c.revision + 1,
+            "revision": _conv.c.revision + s.ONE,
             **s.LISTED_CHANGE,
             "next_entry": _conv.c.next_entry + n,
             "halted": null(),
@@ -96,7 +96,7 @@ class Statements:
         # new length, revision and next entry id (the batch goes at positions length-n ..
         # length-1, entry ids next_entry-n ..), or nothing when a view may not see it.
         self.append = compile_(
-            ins.values(revision=1, next_entry=n + 1, listed_changes=1)
+            ins.values(revision=s.ONE, next_entry=n + s.ONE, listed_changes=s.ONE)
             .on_conflict_do_update(
                 index_elements=[_conv.c.id],
                 set_={"length": _conv.c.length + n, **appended},
