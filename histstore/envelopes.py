@@ -9,10 +9,10 @@ the framework's meaning; it is what the ``role`` column, ``histstore.turns``,
 ``WindowStore``, ``compact`` and ``histstore show`` go by. Reading an envelope back
 ignores it.
 
-Pure JSON, no framework import: the adapters call these on the JSON they store, the
-migration that gave the envelopes stored before it their role calls them on the stored
-JSON, and ``histstore reindex`` (after ``histstore migrate --sql``) does too, so all
-agree.
+Pure JSON, no framework import: the adapters call these on the JSON they store, and
+``histstore reindex`` (after ``histstore migrate --sql``) on the stored JSON, so both
+agree. The migration that gave the envelopes stored before it their role (revision
+f3b8d6a2c915) has its own copy of these rules, as they stood then.
 """
 
 from __future__ import annotations

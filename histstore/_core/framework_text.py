@@ -5,8 +5,8 @@ Two adapters store a framework message inside an envelope, because the framework
 JSON has no histstore ``role``: ``{"role": ..., "type": "adk_event", "event": {...}}``
 (an ADK ``Event``) and ``{"role": ..., "type": "pydantic_ai", "message": {...}}`` (a
 Pydantic AI ``ModelRequest`` or ``ModelResponse``). This module reads those JSON forms
-only, with no framework import, so search, ``histstore reindex``, compaction and the
-migrations work where the framework is not installed.
+only, with no framework import, so search, ``histstore reindex`` and compaction work
+where the framework is not installed (the migrations keep copies of their own).
 """
 
 from __future__ import annotations

@@ -1,12 +1,21 @@
 """What the migration revisions (``migrations/versions``) share: where histstore's
-tables are placed, and the older-writer guards' message. For code that runs inside a
-revision only (``alembic.op``)."""
+tables are placed, the older-writer guards' message and the error a revision refuses
+with. For code that runs inside a revision only (``alembic.op``).
+
+The one module of ``histstore`` a revision may import (tests/storage/test_revision_imports.py
+holds them to it): a revision must do what it did when it was written, so it carries
+its own copy of any rule about stored data (or does it in SQL) and never calls the
+runtime code, which follows the newest revision's rules. Nothing here decides what a
+row holds, and this module imports nothing of ``histstore`` but the error types.
+"""
 
 from __future__ import annotations
 
 from alembic import op
 
-__all__ = ["OLDER_WRITER_MESSAGE", "placed_schema", "schema_prefix"]
+from .._errors import SchemaError
+
+__all__ = ["OLDER_WRITER_MESSAGE", "SchemaError", "placed_schema", "schema_prefix"]
 
 OLDER_WRITER_MESSAGE = (
     "histstore: the database schema is newer than this version of histstore;"

@@ -1,7 +1,8 @@
 """Metadata keys of any length: the metadata table is keyed by a digest of the key.
 
 ``histstore_metadata.key`` becomes unbounded text, and a new column ``key_digest``
-holds the SHA-256 hex digest of the stored key (``histstore._core.codec.key_digest``),
+holds the SHA-256 hex digest of the stored key's UTF-8 bytes (``_key_digest``, as
+``histstore._core.codec.key_digest`` computes it),
 filled here for the rows already stored, in batches. The primary key becomes
 ``(conversation_id, key_digest)`` and the filter index ``(key_digest, digest,
 conversation_id)``: neither holds the key itself, which an index could not hold past a
@@ -23,14 +24,13 @@ Create Date: 2026-12-01 16:10:00.000000
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-from histstore._core.codec import key_digest
-from histstore._errors import SchemaError
-from histstore._storage.revisions import placed_schema
+from histstore._storage.revisions import SchemaError, placed_schema
 
 # Ids compare by code point: Postgres needs the "C" collation for that (keys too).
 ID = sa.String(length=255).with_variant(sa.String(length=255, collation="C"), "postgresql")
@@ -116,8 +116,14 @@ def _backfill() -> None:
         rows = bind.execute(stmt.limit(BATCH)).all()
         if not rows:
             return
-        bind.execute(fill, [{"c": c, "k": k, "d": key_digest(k)} for c, k in rows])
+        bind.execute(fill, [{"c": c, "k": k, "d": _key_digest(k)} for c, k in rows])
         after = (rows[-1][0], rows[-1][1])
+
+
+def _key_digest(stored: str) -> str:
+    """The SHA-256 hex digest of a stored key's UTF-8 bytes (what the SQL above computes
+    offline on PostgreSQL)."""
+    return hashlib.sha256(stored.encode("utf-8")).hexdigest()
 
 
 def downgrade() -> None:

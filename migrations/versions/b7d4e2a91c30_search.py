@@ -1,7 +1,9 @@
 """Search: each message's indexed text, a full-text index over it, message vectors.
 
 Adds ``histstore_messages.search_text`` and fills it for the messages already stored,
-in batches (``histstore._core.search_text.indexed_text`` decides what it holds); then the
+in batches (``_indexed_text`` below decides what it holds: the rule as it stood at this
+revision, a copy, so that later changes to the rule never change what this revision
+does; revision f3b8d6a2c915 recomputes what changed next); then the
 full-text index (SQLite: an external-content FTS5 table kept by triggers; Postgres: a
 generated ``search_vector = to_tsvector('simple', search_text)`` with a GIN index) and ``histstore_vectors``, whose
 rows go with their message (Postgres: a cascading foreign key; SQLite: a trigger).
@@ -15,13 +17,13 @@ Create Date: 2026-12-01 16:00:00.000000
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import TSVECTOR
 
-from histstore._core.search_text import indexed_text
 from histstore._storage.revisions import placed_schema
 
 # Ids compare by code point: Postgres needs the "C" collation for that.
@@ -34,7 +36,7 @@ depends_on: str | Sequence[str] | None = None
 
 BATCH = 2000
 
-# Offline (--sql) the backfill cannot run (``indexed_text`` is Python): the script from
+# Offline (--sql) the backfill cannot run (``_indexed_text`` is Python): the script from
 # ``histstore migrate --sql`` ends by naming this command (histstore._storage.migrations).
 offline_follow_up = "histstore reindex"
 
@@ -178,12 +180,131 @@ def _backfill() -> None:
             return
         filled = []
         for cid, position, data in rows:
-            text = indexed_text(json.loads(data))
+            text = _searchable(_indexed_text(json.loads(data)))
             if text is not None:
                 filled.append({"c": cid, "p": position, "t": text})
         if filled:
             bind.execute(fill, filled)
         after = (rows[-1][0], rows[-1][1])
+
+
+# ------------------------------------------------------------ the rule at this revision
+# What a write stored in ``search_text`` from this revision until f3b8d6a2c915: a string
+# ``content``; ``text``/``input_text``/``output_text`` blocks of a list content (and of an
+# Anthropic ``tool_result``'s); Chat Completions tool-call and ``function_call``
+# arguments; Responses ``function_call`` ``arguments``, ``custom_tool_call`` ``input``,
+# ``function_call_output`` and ``custom_tool_call_output`` ``output``; Anthropic
+# ``tool_use`` ``input``. JSON arguments give their string and number values. One piece
+# a line; NUL becomes a space; no text is ``None``. A ``type`` that is not a string names
+# no kind (a write refused such a message then; one stored before this revision is
+# indexed by its content).
+
+_TEXT_BLOCKS = frozenset({"text", "input_text", "output_text"})
+_SEARCH_TEXT_BYTES = 262_144
+_CALLS = frozenset({"function_call", "custom_tool_call"})
+_RESULTS = frozenset({"function_call_output", "custom_tool_call_output"})
+
+
+def _indexed_text(d: dict[str, Any]) -> str | None:
+    content = d.get("content")
+    if type(content) is str and len(d) == 2 and "role" in d:
+        text = content
+    else:
+        text = "\n".join(p for p in _pieces(d) if p)
+    return text.replace("\x00", " ") or None
+
+
+def _searchable(text: str | None) -> str | None:
+    """``text`` cut to its first 256 KiB of UTF-8, on a character boundary. Not the rule
+    of this revision's writes, which stored it whole, but the fill's: PostgreSQL refuses
+    a ``tsvector`` over 1 MiB, which the generated column made below would be for a long
+    message stored before search existed, failing the upgrade. Writes cut so from
+    f3b8d6a2c915's release on, and d9e3b5a7c1f4 cuts what they stored whole before."""
+    if text is None or len(text) * 4 <= _SEARCH_TEXT_BYTES:
+        return text
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) <= _SEARCH_TEXT_BYTES:
+        return text
+    cut = _SEARCH_TEXT_BYTES
+    while raw[cut] & 0xC0 == 0x80:  # inside a character: back to where it starts
+        cut -= 1
+    return raw[:cut].decode("utf-8", "surrogatepass")
+
+
+def _pieces(d: dict[str, Any]) -> Iterator[str]:
+    kind = d.get("type")
+    kind = kind if isinstance(kind, str) else None
+    yield from _content(d.get("content"))
+    calls = d.get("tool_calls")
+    if isinstance(calls, list):
+        for call in calls:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict):
+                yield from _arguments(fn.get("arguments"))
+    legacy = d.get("function_call")
+    if isinstance(legacy, dict):
+        yield from _arguments(legacy.get("arguments"))
+    if kind in _CALLS:
+        yield from _arguments(d.get("arguments"))
+        yield from _arguments(d.get("input"))
+    elif kind in _RESULTS:
+        yield from _content(d.get("output"))
+
+
+def _content(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for block in value:
+            if isinstance(block, str):
+                yield block
+            elif isinstance(block, dict):
+                yield from _block(block)
+
+
+def _block(block: dict[str, Any]) -> Iterator[str]:
+    kind = block.get("type")
+    if not isinstance(kind, str):
+        return
+    if kind in _TEXT_BLOCKS:
+        text = block.get("text")
+        if isinstance(text, str):
+            yield text
+    elif kind == "tool_use":
+        yield from _values(block.get("input"))
+    elif kind == "tool_result":
+        yield from _content(block.get("content"))
+
+
+def _arguments(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            yield value
+            return
+        if isinstance(decoded, (dict, list)):
+            yield from _values(decoded)
+        else:
+            yield value
+    elif value is not None:
+        yield from _values(value)
+
+
+def _values(value: Any) -> Iterator[str]:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            yield v
+        elif isinstance(v, bool) or v is None:
+            continue
+        elif isinstance(v, (int, float)):
+            yield str(v)
+        elif isinstance(v, dict):
+            stack.extend(reversed(list(v.values())))
+        elif isinstance(v, list):
+            stack.extend(reversed(v))
 
 
 def downgrade() -> None:

@@ -23,8 +23,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from histstore._errors import SchemaError
-from histstore._storage.revisions import placed_schema
+from histstore._storage.revisions import SchemaError, placed_schema
 
 revision: str = "e2a7c9d41f06"
 down_revision: str | None = "d5f7a3c1e9b2"

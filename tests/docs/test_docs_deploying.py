@@ -369,8 +369,10 @@ def _to_old_revision(connection: Connection) -> None:
         text(
             "INSERT INTO histstore.histstore_messages"
             " (conversation_id, position, role, data, token_count, created_at)"
-            " VALUES ('from-before', 0, 'user',"
-            ' \'{"role": "user", "content": "an old walrus"}\', NULL, now())'
+            " VALUES ('from-before', 0, 'assistant', '{\"role\": \"assistant\","
+            ' "content": "an old walrus", "tool_calls": [{"id": "c", "type": "function",'
+            ' "function": {"name": "f", "arguments": "{\\"q\\": \\"narwhal\\"}"}}]}\','
+            " NULL, now())"
         )
     )
 
@@ -443,10 +445,12 @@ async def test_upgrading(
     assert "histstore reindex" in tail  # the one follow-up, as comments after the script
     assert await _revision(migrator) == _migrations.revisions()[-1]
     async with histstore.connect(app, schema=SCHEMA) as store:
-        assert await store.search("walrus") == []  # the search text is not there yet
+        # The text beyond the string content (the tool call's) is not there yet.
+        assert [h.conversation for h in await store.search("walrus")] == ["from-before"]
+        assert await store.search("narwhal") == []
     runner.sh(reindex)
     async with histstore.connect(app, schema=SCHEMA) as store:
-        assert [h.conversation for h in await store.search("walrus")] == ["from-before"]
+        assert [h.conversation for h in await store.search("narwhal")] == ["from-before"]
         assert [m.content for m in await store.read("from-before")] == ["an old walrus"]
     assert OLD in offline.body
     runner.sh(offline)
