@@ -381,10 +381,10 @@ class Driver:
         ``groups`` says the driver can; ``inline`` as ``fetch``'s, for a short write."""
         raise NotImplementedError
 
-    @staticmethod
-    async def checkpoint(conn: Any) -> tuple[int, int]:
+    async def checkpoint(self, conn: Any, truncate: bool = False) -> tuple[int, int]:
         """Checkpoint the database's log, where ``groups`` says the driver can: its
-        pages, and how many of them are copied."""
+        pages, and how many of them are copied. ``truncate``: also cut the log's file
+        to nothing, if no reader uses it now (never waiting for one)."""
         raise NotImplementedError
 
     async def finish(self, conn: Any, rollback: bool, phase: Phase) -> None:

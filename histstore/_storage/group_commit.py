@@ -40,6 +40,15 @@ estimated from the committed groups (and the pages per group the last checkpoint
 measured). The connections' own automatic checkpoint stays as a net, at a WAL of
 ``engine.WAL_NET_PAGES`` pages.
 
+A reader holding a snapshot (a long export, an open iterator in a notebook) keeps a
+checkpoint from copying what was written after the snapshot began, so the WAL grows
+with every write meanwhile. A checkpoint that finds pages it could not copy looks again
+later (after ``HELD_S``, doubling to ``HELD_MAX_S``) while the store is open, so that
+when the reader has gone the WAL is copied whole even if no write comes. When that
+WAL had outgrown ``engine.WAL_LIMIT_BYTES``, the store's write turn then truncates the
+file (a ``TRUNCATE`` checkpoint that waits for nobody); a write that restarts the WAL
+first cuts it back to that size by itself (``journal_size_limit``).
+
 The full-text index's pending list (``_storage.search_index``) is indexed in the
 background too: after ``INDEX_GROUPS`` groups that may have listed messages, and once
 more before the store closes when its writers listed any since. Each run is a write
@@ -62,7 +71,7 @@ from typing import Any, Generic, TypeVar
 from .completion import end_all, finish_then_cancel
 from .dberrors import DATABASE_ERRORS, failure, not_committed
 from .drivers import Phase, Program, Rollback
-from .engine import WAL_NET_PAGES
+from .engine import WAL_LIMIT_BYTES, WAL_NET_PAGES
 
 __all__ = ["GroupCommit"]
 
@@ -85,6 +94,15 @@ INDEX_GROUPS = 256
 
 FIRST_PAGES_PER_GROUP = 8.0
 """WAL pages a committed group is taken to add until a checkpoint measures it."""
+
+HELD_S = 1.0
+"""Seconds after a checkpoint that a reader held back before the next looks again."""
+
+HELD_MAX_S = 30.0
+"""The longest wait between two such checkpoints (the wait doubles while it is held)."""
+
+TRUNCATE_PAGES = WAL_LIMIT_BYTES // 4096
+"""WAL pages (of SQLite's default size) past which a WAL copied whole is truncated."""
 
 MIN_PAGES_PER_GROUP = 1 / 16
 """The fewest WAL pages a group is taken to add, whatever a checkpoint measured (one
@@ -131,7 +149,7 @@ class GroupCommit:
         run_group: Callable[
             [Any, list[Program[Any]], Phase, bool], Awaitable[list[tuple[bool, Any]]]
         ],
-        checkpoint: Callable[[Any], Awaitable[tuple[int, int]]],
+        checkpoint: Callable[[Any, bool], Awaitable[tuple[int, int]]],
         index: Callable[[], Program[bool]] | None = None,
         inline: bool = False,
     ) -> None:
@@ -147,6 +165,8 @@ class GroupCommit:
         self._per_group = FIRST_PAGES_PER_GROUP  # WAL pages a group adds, as measured
         self._last_commit = 0.0  # the loop's time of the latest commit
         self._pause: asyncio.TimerHandle | None = None  # looks for a pause, when armed
+        self._held: asyncio.TimerHandle | None = None  # looks again after a held checkpoint
+        self._held_s = HELD_S  # the wait before that look
         self._stopped = False
         self._checkpointing: asyncio.Task[None] | None = None
         self._index = index
@@ -317,9 +337,10 @@ class GroupCommit:
             self._indexing = None
 
     def _start_checkpoint(self) -> None:
-        if self._pause is not None:
-            self._pause.cancel()
-            self._pause = None
+        for timer in (self._pause, self._held):
+            if timer is not None:
+                timer.cancel()
+        self._pause = self._held = None
         groups, self._groups = self._groups, 0
         self._checkpointing = asyncio.ensure_future(self._checkpoint_now(groups))
 
@@ -330,28 +351,48 @@ class GroupCommit:
             async with self._connection() as conn:
                 # The WAL's pages: what was written since the last checkpoint, which
                 # left it copied whole, so that the next write restarted it.
-                grown, _ = await self._checkpoint(conn)
+                grown, _ = await self._checkpoint(conn, False)
                 # What this store's writers added meanwhile, in their turn: with the
                 # WAL then copied whole, the next write starts it from its beginning
                 # again (a WAL that only grows makes every commit's fsync write the
                 # file's size too, and readers search a longer index).
                 async with self._writing("checkpoint", None):
-                    await self._checkpoint(conn)
+                    pages, copied = await self._checkpoint(conn, False)
+                    if copied == pages > TRUNCATE_PAGES:
+                        pages, copied = await self._checkpoint(conn, True)
         except Exception:  # noqa: BLE001 - best effort: SQLite checkpoints by itself too
             return
         finally:
             self._checkpointing = None
-        if grown > 0:
+        if copied < pages:
+            self._look_again()  # a reader holds part of the WAL (see the module)
+        else:
+            self._held_s = HELD_S
+        if grown > 0 and groups > 0:
             self._per_group = max(grown / groups, MIN_PAGES_PER_GROUP)
+
+    def _look_again(self) -> None:
+        """Arm the next checkpoint after one a reader held back (see the module)."""
+        if self._stopped or self._held is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._held = loop.call_later(self._held_s, self._on_held)
+        self._held_s = min(self._held_s * 2, HELD_MAX_S)
+
+    def _on_held(self) -> None:
+        self._held = None
+        if not self._stopped and _idle(self._checkpointing):
+            self._start_checkpoint()
 
     async def wait_idle(self) -> None:
         """Before the store closes: index what its writers listed since the last run,
         wait for the running group, indexing and checkpoint, if any, and start no
         further checkpoint or indexing."""
         self._stopped = True
-        if self._pause is not None:
-            self._pause.cancel()
-            self._pause = None
+        for timer in (self._pause, self._held):
+            if timer is not None:
+                timer.cancel()
+        self._pause = self._held = None
         await self._settled()
         if self._index is not None and (self._unindexed or self._more):
             await self._index_list(to_end=True)

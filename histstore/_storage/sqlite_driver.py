@@ -128,12 +128,20 @@ class SqliteDriver(Driver):
         except Exception:  # noqa: BLE001 - a connection that fails here is not reused
             return False
 
-    @staticmethod
-    async def checkpoint(conn: Any) -> tuple[int, int]:
+    async def checkpoint(self, conn: Any, truncate: bool = False) -> tuple[int, int]:
         """Copy what the WAL holds into the database file as far as readers allow
         (``PASSIVE``: waits for no reader or writer, and blocks none); returns the
-        WAL's pages and how many of them are copied."""
-        rows = await conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
+        WAL's pages and how many of them are copied. ``truncate``: ``TRUNCATE``
+        instead, with a busy timeout of 0 for it, so that it gives up at once (the
+        file keeps its size) when a reader or another process's writer is there."""
+        if not truncate:
+            rows = await conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
+        else:
+            await conn.execute_fetchall("PRAGMA busy_timeout = 0")
+            try:
+                rows = await conn.execute_fetchall("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                await conn.execute_fetchall(f"PRAGMA busy_timeout = {self.busy_timeout_ms or 0:d}")
         _busy, pages, copied = rows[0]
         return int(pages), int(copied)
 

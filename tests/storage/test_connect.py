@@ -21,7 +21,7 @@ from sqlalchemy.pool import StaticPool
 import histstore
 from histstore import HistStoreError, Message, SchemaError, Store, WriteError
 from histstore._storage import sqlite_driver as _sqlite_driver
-from histstore._storage.engine import WAL_NET_PAGES
+from histstore._storage.engine import WAL_LIMIT_BYTES, WAL_NET_PAGES
 from histstore._storage.migrations import alembic_config
 
 VERSION_TABLE = "histstore_alembic_version"
@@ -353,6 +353,7 @@ async def test_sqlite_commits_checkpoint_only_as_a_net(tmp_path: Path) -> None:
     async with histstore.connect(tmp_path / "net.db") as store:
         await roundtrip(store)
         assert await _pragma(store, "wal_autocheckpoint") == WAL_NET_PAGES
+        assert await _pragma(store, "journal_size_limit") == WAL_LIMIT_BYTES
 
 
 def _size(path: Path) -> int:
