@@ -26,7 +26,14 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from histstore import InvalidId, InvalidMessage, validate_id
 from histstore.checkpoints import Blob, CheckpointStore, StoredCheckpoint, Write
 
-from ._langgraph_values import ChannelKey, Recent, RecentValues, SharedItems, rebuild
+from ._langgraph_values import (
+    ChannelKey,
+    Recent,
+    RecentValues,
+    SharedItems,
+    rebuild,
+    store_whole,
+)
 
 __all__ = [
     "Put",
@@ -146,16 +153,19 @@ def dump_put(
             continue
         value, version = values[k], blobs[k]
         known = None if recent is None else recent.get((thread_id, ns, k))
-        if type(value) is not list:
-            new_blobs.append(Blob(k, version, *serde.dumps_typed(value)))
-            continue
-        if known is not None and known.extended_by(value) and known.version != version:
-            added = value[len(known.items) :]
-            new_blobs.append(Blob(k, version, *serde.dumps_typed(added), base=known.version))
-            remember.append(((thread_id, ns, k), Recent(version, tuple(value), known.depth + 1)))
+        part = None
+        if known is not None and type(value) is list:
+            part = known.store(value, version, serde.dumps_typed)
+        if part is not None:
+            part_payload, base, now = part
+            new_blobs.append(Blob(k, version, *part_payload, base=base))
         else:
-            new_blobs.append(Blob(k, version, *serde.dumps_typed(value)))
-            remember.append(((thread_id, ns, k), Recent(version, tuple(value), 0)))
+            whole_payload, whole = store_whole(value, version, serde.dumps_typed)
+            new_blobs.append(Blob(k, version, *whole_payload))
+            if whole is None:
+                continue
+            now = whole
+        remember.append(((thread_id, ns, k), now))
     copy = cast(dict[str, Any], checkpoint.copy())
     copy["channel_values"] = inline
     type_, payload = serde.dumps_typed(copy)
@@ -223,11 +233,12 @@ def load(
             continue
         if blob.base is None and (blob.type == "empty" or blob.blob is None):
             continue
-        value, depth = rebuild(loads, found, blob, stored, shared)
+        value, chain = rebuild(loads, found, blob, stored, shared)
         values[channel] = value
         if recent is not None and type(value) is list:
             key = (stored.thread_id, stored.checkpoint_ns, channel)
-            recent.remember([(key, Recent(version, tuple(value), depth))])
+            known = recent.get(key)
+            recent.remember([(key, Recent.read(version, tuple(value), chain, known))])
     checkpoint["channel_values"] = values
     writes: list[PendingWrite] = [
         (w.task_id, w.channel, loads((w.type, w.blob))) for w in stored.writes

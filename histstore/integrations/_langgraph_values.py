@@ -1,21 +1,48 @@
 """How ``HiststoreSaver`` stores a growing list as the items it adds: which list value a
-channel last held (``RecentValues``), and rebuilding a value from the versions it extends
-(``rebuild``, with ``SharedItems`` decoding each part once per listing)."""
+channel last held (``RecentValues``), what to store for the next one (``Recent.store``),
+and rebuilding a value from the versions it extends (``rebuild``, with ``SharedItems``
+decoding each part once per listing).
+
+A list value that holds the channel's previous value's items, then more, is stored as
+one of three parts, so that a thread's storage stays linear in what its values hold and
+a read rebuilds a value from about twice the square root of its items in parts:
+
+* an *extension*: the items it adds, extending the previous version;
+* a *block*: every item added since the chain's last block (or its whole copy), extending
+  that version, once ``parts(m)`` extensions follow it (``m``: the whole copy's items);
+* the *whole* value, when a block would take the blocks since the last whole copy past
+  that copy's bytes or past ``parts(m)`` blocks.
+
+Each item is thus stored once in an extension and once in a block, and again in each
+whole copy made after it. A whole copy is made once the blocks since the last one hold
+as many bytes as it, or at least ``parts(m)**2 >= m`` more items: the copies' sizes
+grow geometrically, so together they hold a small multiple of the value, however many
+versions there are.
+"""
 
 from __future__ import annotations
 
 import copy
+import math
 import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from histstore import HistStoreError
 from histstore.checkpoints import Blob, StoredCheckpoint
 
-__all__ = ["SNAPSHOT_EVERY", "ChannelKey", "Recent", "RecentValues", "SharedItems", "rebuild"]
+__all__ = [
+    "ChannelKey",
+    "Recent",
+    "RecentValues",
+    "SharedItems",
+    "parts",
+    "rebuild",
+    "store_whole",
+]
 
 
 def rebuild(
@@ -24,9 +51,10 @@ def rebuild(
     blob: Blob,
     stored: StoredCheckpoint,
     shared: SharedItems | None,
-) -> tuple[Any, int]:
-    """A channel's value from its blob and the versions it extends; and how many
-    extensions there were (0 for a value stored whole)."""
+) -> tuple[Any, list[tuple[Blob, int]]]:
+    """A channel's value from its blob and the versions it extends; and those parts,
+    the whole copy first, each with the number of items it added (one part, with 0,
+    for a value stored whole)."""
     chain = [blob]
     while blob.base is not None:
         base = found.get((blob.channel, blob.base))
@@ -37,10 +65,12 @@ def rebuild(
             )
         chain.append(base)
         blob = base
+    chain.reverse()
     if len(chain) == 1:
-        return loads((blob.type, blob.blob or b"")), 0
+        return loads((blob.type, blob.blob or b"")), [(blob, 0)]
     value: list[Any] = []
-    for part in reversed(chain):
+    parts = []
+    for part in chain:
         items = _items(loads, part, stored, shared)
         if type(items) is not list:
             raise HistStoreError(
@@ -48,7 +78,8 @@ def rebuild(
                 f" {part.version!r} is extended by later versions but is not a list"
             )
         value.extend(items)
-    return value, len(chain) - 1
+        parts.append((part, len(items)))
+    return value, parts
 
 
 def _items(
@@ -94,29 +125,111 @@ class SharedItems:
 ChannelKey = tuple[str, str, str]
 """(thread id, checkpoint namespace, channel)."""
 
-SNAPSHOT_EVERY = 16
-"""A list value is stored whole at least once every this many versions of its channel
-(a read rebuilds a value from at most this many rows)."""
+MIN_PARTS = 8
+"""The fewest extensions before a block, and blocks before a whole copy."""
+
+
+def parts(items: int) -> int:
+    """The extensions before a block, and the blocks before a whole copy, for a chain
+    whose whole copy holds ``items`` items: about their square root, so that a read
+    rebuilds a value from about twice that many parts."""
+    return max(MIN_PARTS, math.isqrt(max(items - 1, 0)) + 1)
+
+
+Dumps = Callable[[Any], tuple[str, bytes]]
+"""The serializer's ``dumps_typed``."""
 
 
 @dataclass(frozen=True, slots=True)
 class Recent:
-    """A list value of a channel as stored at ``version`` (its items, and how many
-    extensions since the channel's value was last stored whole)."""
+    """A list value of a channel as stored at ``version``, and what its chain holds
+    (see the module): its whole copy's bytes and items; the bytes and number of the
+    blocks since that copy; the extensions since the last block (or the copy); and
+    ``mark``, the version the next block extends (the last block, or the copy), where
+    the value had ``mark_items`` items."""
 
     version: str
     items: tuple[Any, ...]
-    depth: int
+    whole: int
+    whole_items: int
+    blocks: int
+    block_parts: int
+    tail_parts: int
+    mark: str
+    mark_items: int
+
+    @classmethod
+    def stored_whole(cls, version: str, items: tuple[Any, ...], size: int) -> Recent:
+        return cls(version, items, size, len(items), 0, 0, 0, version, len(items))
+
+    @classmethod
+    def read(
+        cls,
+        version: str,
+        items: tuple[Any, ...],
+        chain: list[tuple[Blob, int]],
+        known: Recent | None,
+    ) -> Recent:
+        """The value read at ``version``, rebuilt from ``chain`` (``rebuild``'s parts).
+        Where ``known`` is this very version (as when a graph reads back the checkpoint
+        it just stored), its account of the chain is kept, with the items read (the
+        objects the next value will hold). Otherwise, the parts after the whole copy
+        count as blocks and the next block extends this version: the chain's shape is
+        not stored, and so, after a process starts, a thread's first whole copy may
+        come early."""
+        if known is not None and known.version == version and len(known.items) == len(items):
+            return replace(known, items=items)
+        (whole, whole_items), rest = chain[0], chain[1:]
+        blocks = sum(len(b.blob or b"") for b, _ in rest)
+        size = len(whole.blob or b"")
+        return cls(
+            version, items, size, whole_items or len(items), blocks, len(rest), 0, version,
+            len(items),
+        )  # fmt: skip
 
     def extended_by(self, value: list[Any]) -> bool:
-        """Whether ``value`` holds these very items (the same objects), then more, and
-        may be stored as an extension (the chain stays under ``SNAPSHOT_EVERY``)."""
+        """Whether ``value`` holds these very items (the same objects), then more."""
         n = len(self.items)
+        return 0 < n < len(value) and all(map(operator.is_, value, self.items))
+
+    def store(
+        self, value: list[Any], version: str, dumps: Dumps
+    ) -> tuple[tuple[str, bytes], str | None, Recent] | None:
+        """What to store for ``value`` at ``version`` when it extends this value: the
+        serialized part, the version it extends, and the value's ``Recent``; ``None``
+        when it is to be stored whole (``store_whole``)."""
+        if version == self.version or not self.extended_by(value):
+            return None
+        items, limit = tuple(value), parts(self.whole_items)
+        if self.tail_parts < limit:
+            return (
+                dumps(value[len(self.items) :]),
+                self.version,
+                Recent(
+                    version, items, self.whole, self.whole_items, self.blocks,
+                    self.block_parts, self.tail_parts + 1, self.mark, self.mark_items,
+                ),
+            )  # fmt: skip
+        block = dumps(value[self.mark_items :])
+        grown = self.blocks + len(block[1])
+        if grown > self.whole or self.block_parts >= limit:
+            return None
         return (
-            0 < n < len(value)
-            and self.depth + 1 < SNAPSHOT_EVERY
-            and all(map(operator.is_, value, self.items))
-        )
+            block,
+            self.mark,
+            Recent(
+                version, items, self.whole, self.whole_items, grown, self.block_parts + 1,
+                0, version, len(items),
+            ),
+        )  # fmt: skip
+
+
+def store_whole(value: Any, version: str, dumps: Dumps) -> tuple[tuple[str, bytes], Recent | None]:
+    """``value`` serialized whole, and its ``Recent`` when it is a list."""
+    payload = dumps(value)
+    if type(value) is not list:
+        return payload, None
+    return payload, Recent.stored_whole(version, tuple(value), len(payload[1]))
 
 
 class RecentValues:

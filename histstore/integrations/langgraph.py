@@ -16,9 +16,10 @@ serialized by the saver's ``serde`` (LangGraph's ``JsonPlusSerializer`` by defau
 its metadata as JSON; the channel values that are not plain scalars are stored apart, once
 per channel version, so a checkpoint that changes one channel stores that channel's value
 only, and a list that extends the channel's previous value (the same items, more appended,
-as ``add_messages`` makes it) as the items it adds (a whole value at least every 16
-versions); and the pending writes of each task. Thread ids follow histstore's id rules
-(``InvalidId`` otherwise); an ``int`` or ``UUID`` thread id is used as its ``str``.
+as ``add_messages`` makes it) as the items it adds (with blocks and whole copies chosen
+by size, so a thread's storage stays linear in its messages: ``_langgraph_values``); and
+the pending writes of each task. Thread ids follow histstore's id rules (``InvalidId``
+otherwise); an ``int`` or ``UUID`` thread id is used as its ``str``.
 
 Semantics beyond ``BaseCheckpointSaver``'s docstrings:
 

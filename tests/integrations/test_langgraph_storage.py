@@ -5,6 +5,8 @@ every thread operation keeping what a stored value needs."""
 from __future__ import annotations
 
 import asyncio
+import random
+import string
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -20,7 +22,7 @@ from sqlalchemy import delete, func, insert, select, text, update
 import histstore
 from histstore import SchemaError
 from histstore._storage import schema as _schema
-from histstore.integrations._langgraph_values import SNAPSHOT_EVERY
+from histstore.integrations._langgraph_values import parts
 from histstore.integrations.langgraph import HiststoreSaver
 
 BLOBS = _schema.checkpoint_blobs
@@ -97,11 +99,11 @@ async def test_an_extended_list_is_stored_as_the_items_it_adds(store):
     await chat.grow(40)
     rows = await blob_rows(store, chat.thread)
     assert len(rows) == 40
-    whole = [r for r in rows if r[1] is None]
-    # A value stored whole at least every SNAPSHOT_EVERY versions, no more often.
-    assert len(whole) == -(-40 // SNAPSHOT_EVERY)
-    for (_, base, _), (previous, _, _) in zip(rows[1:], rows, strict=False):
-        assert base in (None, previous)
+    versions = [version for version, _, _ in rows]
+    for i, (_, base, _) in enumerate(rows):
+        assert base is None or base in versions[:i]  # a part extends an earlier version
+    # Whole copies are few: each at least about twice the items of the one before.
+    assert 2 <= sum(base is None for _, base, _ in rows) <= 4
     # What is stored grows with the messages, not with messages x checkpoints.
     largest_whole = max(size for _, base, size in rows if base is None)
     assert sum(size for *_, size in rows) < 5 * largest_whole
@@ -109,6 +111,54 @@ async def test_an_extended_list_is_stored_as_the_items_it_adds(store):
     latest = await chat.saver.aget_tuple(chat.config())
     assert latest is not None
     assert latest.checkpoint["channel_values"] == {"messages": chat.values, "step": 39}
+
+
+def _random_words(rng: random.Random, size: int = 300) -> str:
+    """Text that compresses poorly: random letters in words."""
+    words: list[str] = []
+    while sum(len(w) + 1 for w in words) < size:
+        words.append("".join(rng.choices(string.ascii_lowercase, k=rng.randint(2, 10))))
+    return " ".join(words)
+
+
+async def thread_bytes(store: histstore.Store, thread: str) -> int:
+    """The bytes a thread's rows hold: values, checkpoints with metadata, writes."""
+    cps, writes = _schema.checkpoints, _schema.checkpoint_writes
+    queries = [
+        select(func.sum(func.length(BLOBS.c.blob))).where(BLOBS.c.thread_id == thread),
+        select(func.sum(func.length(cps.c.checkpoint) + func.length(cps.c.metadata))).where(
+            cps.c.thread_id == thread
+        ),
+        select(func.sum(func.length(writes.c.blob))).where(writes.c.thread_id == thread),
+    ]
+    total = 0
+    async with store.engine.connect() as conn:
+        for query in queries:
+            total += int((await conn.execute(query)).scalar() or 0)
+    return total
+
+
+async def test_a_threads_bytes_per_turn_stay_flat_as_it_grows(store):
+    """Two checkpoints a turn (the user's message, then the model's), 300 characters of
+    random words each: bytes per turn at 1,000 turns within 1.3x those at 50, and the
+    newest value rebuilt from about twice the square root of its items in parts."""
+    rng = random.Random(5)
+    per_turn = {}
+    for turns in (50, 1000):
+        chat = Chat(HiststoreSaver(store))
+        for _ in range(2 * turns):
+            await chat.step([*chat.values, {"role": "user", "content": _random_words(rng)}])
+        per_turn[turns] = await thread_bytes(store, chat.thread) / turns
+        rows = await blob_rows(store, chat.thread)
+        base = {version: b for version, b, _ in rows}
+        chain, version = 1, rows[-1][0]
+        while base[version] is not None:
+            chain, version = chain + 1, base[version]
+        assert chain <= 2 * parts(2 * turns) + 1
+        latest = await chat.saver.aget_tuple(chat.config())
+        assert latest is not None
+        assert latest.checkpoint["channel_values"]["messages"] == chat.values
+    assert per_turn[1000] <= 1.3 * per_turn[50]
 
 
 async def test_a_list_changed_otherwise_is_stored_whole(store):
@@ -269,7 +319,9 @@ async def test_a_chat_graph_stores_each_message_about_once(store):
     assert lengths == sorted(lengths, reverse=True)
     thread = config["configurable"]["thread_id"]
     rows = await blob_rows(store, thread)
-    assert sum(base is None for _, base, _ in rows) <= -(-len(rows) // SNAPSHOT_EVERY) + 1
+    whole = [size for _, base, size in rows if base is None]
+    assert len(whole) <= 4
+    assert sum(size for *_, size in rows) < 5 * max(whole)
 
 
 def test_the_sync_api_stores_and_reads_extensions(tmp_path: Path):
