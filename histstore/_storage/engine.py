@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from .._errors import HistStoreError
 from .pg_driver import never_switch_jit
-from .pg_url import normalize, split
+from .pg_url import multi_host, normalize, split
 from .statements.kinds import is_sqlite
 
 __all__ = [
@@ -89,7 +89,7 @@ def resolve_target(target: object) -> URL | AsyncEngine:
         if "://" not in target:
             return URL.create("sqlite+aiosqlite", database=target)
         try:
-            url = make_url(target)
+            url = make_url(multi_host(target))
         except ArgumentError:
             raise ValueError("not a valid database URL") from None
     elif isinstance(target, URL):
