@@ -259,9 +259,7 @@ def throwaway_cluster(*, tls: bool = False) -> Iterator[Cluster]:
     base = Path(tempfile.mkdtemp(prefix="histstore-pg-"))
     datadir = base / "data"
     try:
-        if owner is not None:
-            shutil.chown(base, user=owner)
-            base.chmod(0o755)
+        _hand_over(base, owner)
         _as_owner(
             [
                 initdb,
@@ -308,13 +306,27 @@ def throwaway_cluster(*, tls: bool = False) -> Iterator[Cluster]:
         cluster.psql(f"CREATE ROLE app LOGIN PASSWORD '{PASSWORD}'")
         cluster.psql("ALTER ROLE postgres PASSWORD '" + PASSWORD + "'")
         cluster.psql("CREATE DATABASE app OWNER app")
-        try:
+        with _stopped_after(cluster):
             yield cluster
-        finally:
-            with suppress(subprocess.CalledProcessError):
-                cluster.stop("immediate")
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _hand_over(base: Path, owner: str | None) -> None:
+    """Give a cluster's base directory to the user the server runs as (when root)."""
+    if owner is not None:
+        shutil.chown(base, user=owner)
+        base.chmod(0o755)
+
+
+@contextmanager
+def _stopped_after(cluster: Cluster) -> Iterator[Cluster]:
+    """``cluster``, stopped (``immediate``) when the block ends."""
+    try:
+        yield cluster
+    finally:
+        with suppress(subprocess.CalledProcessError):
+            cluster.stop("immediate")
 
 
 @contextmanager
@@ -330,9 +342,7 @@ def standby_of(primary: Cluster) -> Iterator[Cluster]:
     base = Path(tempfile.mkdtemp(prefix="histstore-standby-"))
     datadir = base / "data"
     try:
-        if primary.owner is not None:
-            shutil.chown(base, user=primary.owner)
-            base.chmod(0o755)
+        _hand_over(base, primary.owner)
         _as_owner(
             [
                 basebackup,
@@ -355,11 +365,8 @@ def standby_of(primary: Cluster) -> Iterator[Cluster]:
         standby = Cluster(datadir=datadir, port=free_port(), owner=primary.owner, tls=primary.tls)
         standby.certs = primary.certs
         standby.start()
-        try:
+        with _stopped_after(standby):
             yield standby
-        finally:
-            with suppress(subprocess.CalledProcessError):
-                standby.stop("immediate")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
