@@ -125,13 +125,23 @@ async def test_failover_through_a_multi_host_url(own_pair: tuple[Cluster, Cluste
         # primary. Here it has everything before the primary stops.
         await asyncio.to_thread(wait_for_replay, primary, standby)
         await asyncio.to_thread(primary.stop, "fast")
+        # No primary yet: the write fails as transient, and is not stored.
+        with pytest.raises(WriteError) as between:
+            await store.write(cid, user("between"))
+        assert between.value.outcome.accepted == 0
+        failure = between.value.__context__
+        assert isinstance(failure, DatabaseFailure)
+        assert failure.transient
         await asyncio.to_thread(standby.promote)
+        key = between.value.idempotency_key
+        await store.write(cid, user("between"), idempotency_key=key)  # stored once
         for i in range(3):
             await write_until_stored(store, cid, f"after {i}")
         texts = [m.content for m in await store.read(cid)]
-    assert texts == [f"before {i}" for i in range(3)] + [f"after {i}" for i in range(3)]
+    before = [f"before {i}" for i in range(3)]
+    assert texts == [*before, "between", *(f"after {i}" for i in range(3))]
     async with histstore.connect(app_url(standby)) as promoted:  # the new primary
-        assert await promoted.count(cid) == 6
+        assert await promoted.count(cid) == 7
 
 
 async def test_a_synchronous_standby_has_every_acknowledged_write(
