@@ -101,7 +101,7 @@ def backup(
 
 def _copy_and_check(source: Path, partial: Path, busy_timeout: float) -> tuple[int, int]:
     """Back ``source`` up into ``partial`` and check it (``check``)."""
-    uri = f"file:{quote(str(source.resolve()))}?mode=rw"  # never creates the source
+    uri = f"file:{quote(str(source.resolve()))}?mode=ro"  # reads only; never creates it
     with (
         closing(sqlite3.connect(uri, uri=True, timeout=busy_timeout)) as src,
         closing(sqlite3.connect(partial, timeout=busy_timeout)) as dst,
