@@ -105,6 +105,16 @@ class Cluster:
         """Stop the server (``fast``: abort sessions, roll back their transactions)."""
         self._ctl("-m", mode, "stop")
 
+    def promote(self) -> None:
+        """Promote a standby to a primary and wait until it accepts writes."""
+        self._ctl("promote")
+
+    def configure(self, *settings: str) -> None:
+        """Append ``settings`` (``name = value`` lines) to postgresql.conf and reload."""
+        with (self.datadir / "postgresql.conf").open("a") as fh:
+            fh.write("\n".join(settings) + "\n")
+        self.psql("SELECT pg_reload_conf()")
+
     def psql(self, sql: str, *, database: str = "postgres") -> str:
         """Run ``sql`` as the superuser over the cluster's socket; its output."""
         psql = find_bin("psql")
@@ -249,9 +259,7 @@ def throwaway_cluster(*, tls: bool = False) -> Iterator[Cluster]:
     base = Path(tempfile.mkdtemp(prefix="histstore-pg-"))
     datadir = base / "data"
     try:
-        if owner is not None:
-            shutil.chown(base, user=owner)
-            base.chmod(0o755)
+        _hand_over(base, owner)
         _as_owner(
             [
                 initdb,
@@ -298,13 +306,83 @@ def throwaway_cluster(*, tls: bool = False) -> Iterator[Cluster]:
         cluster.psql(f"CREATE ROLE app LOGIN PASSWORD '{PASSWORD}'")
         cluster.psql("ALTER ROLE postgres PASSWORD '" + PASSWORD + "'")
         cluster.psql("CREATE DATABASE app OWNER app")
-        try:
+        with _stopped_after(cluster):
             yield cluster
-        finally:
-            with suppress(subprocess.CalledProcessError):
-                cluster.stop("immediate")
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _hand_over(base: Path, owner: str | None) -> None:
+    """Give a cluster's base directory to the user the server runs as (when root)."""
+    if owner is not None:
+        shutil.chown(base, user=owner)
+        base.chmod(0o755)
+
+
+@contextmanager
+def _stopped_after(cluster: Cluster) -> Iterator[Cluster]:
+    """``cluster``, stopped (``immediate``) when the block ends."""
+    try:
+        yield cluster
+    finally:
+        with suppress(subprocess.CalledProcessError):
+            cluster.stop("immediate")
+
+
+@contextmanager
+def standby_of(primary: Cluster) -> Iterator[Cluster]:
+    """A hot standby of ``primary``, streaming from it: a base backup taken with
+    ``pg_basebackup -R`` (which writes ``standby.signal`` and the connection to the
+    primary), started on a port of its own; stopped and removed afterwards. Its roles,
+    passwords and databases are the primary's."""
+    basebackup = find_bin("pg_basebackup")
+    if basebackup is None:
+        _unavailable("pg_basebackup is not installed")
+    assert basebackup is not None
+    base = Path(tempfile.mkdtemp(prefix="histstore-standby-"))
+    datadir = base / "data"
+    try:
+        _hand_over(base, primary.owner)
+        _as_owner(
+            [
+                basebackup,
+                "-h",
+                str(primary.datadir.parent),
+                "-p",
+                str(primary.port),
+                "-U",
+                "postgres",
+                "-D",
+                str(datadir),
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+            ],
+            primary.owner,
+        )
+        standby = Cluster(datadir=datadir, port=free_port(), owner=primary.owner, tls=primary.tls)
+        standby.certs = primary.certs
+        standby.start()
+        with _stopped_after(standby):
+            yield standby
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def wait_for_replay(primary: Cluster, standby: Cluster, timeout: float = 30.0) -> None:
+    """Wait until ``standby`` has replayed everything ``primary`` has written so far."""
+    target = primary.psql("SELECT pg_current_wal_lsn()").strip()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        behind = standby.psql(
+            f"SELECT pg_wal_lsn_diff('{target}', pg_last_wal_replay_lsn()) > 0"
+        ).strip()
+        if behind == "f":
+            return
+        time.sleep(0.05)
+    raise TimeoutError("the standby did not catch up with the primary")
 
 
 def _has_c_utf8() -> bool:

@@ -30,10 +30,12 @@ from .._errors import HistStoreError
 
 __all__ = [
     "DATABASE_ERRORS",
+    "READ_ONLY_SQLSTATE",
     "DatabaseFailure",
     "cancelled",
     "connection_lost",
     "failure",
+    "mark_hot_standby",
     "not_committed",
     "reason",
     "translate_errors",
@@ -95,6 +97,35 @@ _LOST_STATES = ("57P01", "57P02", "57P03", "57P04", "57P05", "53300")
 immediate), cannot connect now (starting up, shutting down, in recovery), database
 dropped, idle session timeout, too many connections. Class 08 (connection exception)
 is lost too."""
+
+
+READ_ONLY_SQLSTATE = "25006"
+"""A write refused by a read-only transaction: on a hot standby (a server in recovery),
+or where ``default_transaction_read_only`` is on."""
+_HOT_STANDBY = "histstore_hot_standby"
+"""The attribute ``mark_hot_standby`` sets on a driver's exception."""
+
+
+def mark_hot_standby(exc: BaseException) -> None:
+    """Record that ``exc``, a read-only refusal, came from a hot standby (the driver
+    knows it from the session; ``failure`` then says so)."""
+    setattr(exc, _HOT_STANDBY, True)
+
+
+def _read_only(exc: BaseException) -> str | None:
+    """What to tell of a write the server refused as read-only, or ``None``."""
+    if sqlstate(exc) != READ_ONLY_SQLSTATE:
+        return None
+    inner = _inner(exc)
+    if getattr(inner, _HOT_STANDBY, False) or getattr(exc, _HOT_STANDBY, False):
+        return (
+            "the server is a hot standby (a read-only server in recovery); write to the"
+            " primary (a multi-host URL with target_session_attrs=read-write finds it)"
+        )
+    return (
+        "the server accepts no writes in this session (a hot standby, or"
+        " default_transaction_read_only is on); write to the primary"
+    )
 
 
 class DatabaseFailure(HistStoreError):
@@ -221,8 +252,11 @@ def failure(
     why = cancelled(exc)
     lost = connection_lost(exc)
     what = reason(exc)
+    read_only = _read_only(exc)
     if why is not None:
         what = f"cancelled by the server ({why}): {what}"
+    elif read_only is not None:
+        what = f"{read_only}: {what}"
     elif lost:
         what = f"the database is unavailable or the connection was lost: {what}"
     return DatabaseFailure(

@@ -35,7 +35,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from .._errors import HistStoreError
 from .pg_driver import never_switch_jit
-from .pg_url import normalize, split
+from .pg_url import multi_host, normalize, split
+from .sqlite_files import create_private
 from .statements.kinds import is_sqlite
 
 __all__ = [
@@ -89,7 +90,7 @@ def resolve_target(target: object) -> URL | AsyncEngine:
         if "://" not in target:
             return URL.create("sqlite+aiosqlite", database=target)
         try:
-            url = make_url(target)
+            url = make_url(multi_host(target))
         except ArgumentError:
             raise ValueError("not a valid database URL") from None
     elif isinstance(target, URL):
@@ -251,7 +252,8 @@ def make_engine(
 
     ``read_only``: PostgreSQL sessions start with ``default_transaction_read_only``
     (a guard behind the store's own refusal of writes); an SQLite URL must already be
-    ``read_only_sqlite_url``'s.
+    ``read_only_sqlite_url``'s. Otherwise an SQLite file that does not exist yet is
+    created here, readable by its owner only (``sqlite_files.create_private``).
 
     ``pooler``: ``"transaction"`` for a PostgreSQL server reached through a
     transaction-mode pooler (see ``transaction_pooler_args``); then no session-level
@@ -274,6 +276,8 @@ def make_engine(
         kwargs.update(pool_size=20, max_overflow=20, pool_timeout=busy_timeout)
     if url.get_backend_name() == "sqlite":
         kwargs["connect_args"] = {"timeout": busy_timeout, "check_same_thread": False}
+        if not read_only and not is_memory_url(url) and not url.query:
+            create_private(url.database or "")  # 0600, before SQLite makes it (sqlite_files)
         if is_memory_url(url):
             # One connection holds the whole database: tasks queue for it, and it is
             # never closed while the store lives.

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy.engine import Dialect
 
+from .dberrors import READ_ONLY_SQLSTATE, mark_hot_standby
 from .drivers import CompiledStatement, Driver, Memo
 
 __all__ = ["PostgresDriver", "never_switch_jit"]
@@ -70,25 +71,33 @@ class PostgresDriver(Driver):
         inline: bool = False,
     ) -> Sequence[Any]:
         args = stmt.args(params, memo)
-        statement = await self._statement(conn, stmt.sql)
-        if statement is not None:
-            return await statement.fetch(*args)  # type: ignore[no-any-return]
-        return await conn.fetch(stmt.sql, *args)  # type: ignore[no-any-return]
+        try:
+            statement = await self._statement(conn, stmt.sql)
+            if statement is not None:
+                return await statement.fetch(*args)  # type: ignore[no-any-return]
+            return await conn.fetch(stmt.sql, *args)  # type: ignore[no-any-return]
+        except Exception as exc:
+            _note_hot_standby(conn, exc)
+            raise
 
     async def execute(
         self, conn: Any, stmt: CompiledStatement, params: Any, many: bool, memo: Memo
     ) -> None:
-        statement = await self._statement(conn, stmt.sql)
         rows = stmt.args_many(params, memo) if many else [stmt.args(params, memo)]
-        if len(rows) == 1:  # one execution, without executemany's pipeline
-            if statement is not None:
-                await statement.fetch(*rows[0])
+        try:
+            statement = await self._statement(conn, stmt.sql)
+            if len(rows) == 1:  # one execution, without executemany's pipeline
+                if statement is not None:
+                    await statement.fetch(*rows[0])
+                else:
+                    await conn.execute(stmt.sql, *rows[0])
+            elif statement is not None:
+                await statement.executemany(rows)
             else:
-                await conn.execute(stmt.sql, *rows[0])
-        elif statement is not None:
-            await statement.executemany(rows)
-        else:
-            await conn.executemany(stmt.sql, rows)
+                await conn.executemany(stmt.sql, rows)
+        except Exception as exc:
+            _note_hot_standby(conn, exc)
+            raise
 
     def in_transaction(self, conn: Any) -> bool:
         if conn.is_closed():
@@ -99,6 +108,20 @@ class PostgresDriver(Driver):
         # asyncpg reads its socket while idle, so it learns of a server's goodbye (a
         # shutdown, a restart, an idle timeout) before the connection is used again.
         return bool(conn.is_closed())
+
+
+def _note_hot_standby(conn: Any, exc: BaseException) -> None:
+    """Mark a read-only refusal (SQLSTATE 25006) met on a hot standby, which the server
+    reports on the session (``in_hot_standby``, PostgreSQL 14 on; asyncpg's public
+    ``get_settings()``), so that its ``DatabaseFailure`` says so (``dberrors``)."""
+    if getattr(exc, "sqlstate", None) != READ_ONLY_SQLSTATE:
+        return
+    try:
+        standby = getattr(conn.get_settings(), "in_hot_standby", None) == "on"
+    except Exception:  # noqa: BLE001 - a closed connection, another driver: say nothing
+        return
+    if standby:
+        mark_hot_standby(exc)
 
 
 _UNNAMED_CACHE_SIZE = 256

@@ -20,6 +20,11 @@ out of the URL and handed to asyncpg the way it understands them (``split``):
 * ``target_session_attrs`` -> the keyword of the same name.
 * ``password`` moves into the URL's password, where SQLAlchemy hides it.
 
+libpq's multi-host form, ``postgresql://h1:p1,h2:p2/db`` (what providers hand out for a
+primary and its standbys), is rewritten by ``multi_host`` into SQLAlchemy's
+``?host=h1:p1&host=h2:p2`` before the URL is parsed; asyncpg then tries the hosts in
+order, keeping the first that ``target_session_attrs`` accepts.
+
 ``host`` (SQLAlchemy's multi-host and socket-directory form) and
 ``prepared_statement_cache_size`` (SQLAlchemy's asyncpg setting) are SQLAlchemy's own and
 stay in the URL. Anything else is a ``ValueError`` naming it. SQLite URLs are not touched.
@@ -28,13 +33,14 @@ stay in the URL. Anything else is a ``ValueError`` naming it. SQLite URLs are no
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlencode
 
 from sqlalchemy import URL
 
-__all__ = ["SUPPORTED", "display", "normalize", "split"]
+__all__ = ["SUPPORTED", "display", "multi_host", "normalize", "split"]
 
 SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 SESSION_ATTRS = ("any", "read-write", "read-only", "primary", "standby", "prefer-standby")
@@ -45,6 +51,43 @@ SUPPORTED = (*_LIBPQ, "password", *_SQLALCHEMY)
 """Every query parameter a ``postgresql://`` URL may carry."""
 _SECRET = ("sslpassword",)
 _HIDDEN = "***"
+
+
+DEFAULT_PORT = 5432
+"""libpq's port for a host of a list that names none."""
+_NETLOC = re.compile(
+    r"^(?P<scheme>postgres(?:ql)?(?:\+\w+)?://)(?P<auth>[^@/?#]*@)?(?P<hosts>[^/?#]*)(?P<rest>.*)$",
+    re.S,
+)
+
+
+def multi_host(target: str) -> str:
+    """A ``postgresql://`` URL whose host part lists several hosts, libpq's way
+    (``h1:p1,h2:p2``; a host without a port gets 5432), in SQLAlchemy's form
+    (``?host=h1:p1&host=h2:p2``, after the URL's own query); any other text as it is.
+
+    Raises:
+        ValueError: an empty host in the list, a port that is not a number, an IPv6
+            address in a list (give those with ``?host=``) or hosts given both ways.
+    """
+    match = _NETLOC.match(target)
+    if match is None or "," not in match["hosts"]:
+        return target
+    hosts: list[str] = []
+    for part in match["hosts"].split(","):
+        host, colon, port = part.partition(":")
+        if part.startswith("[") or ":" in port:
+            raise ValueError("an IPv6 address in a multi-host URL: give each host as ?host=")
+        if not host:
+            raise ValueError("a multi-host URL names an empty host")
+        if colon and not port.isdigit():
+            raise ValueError(f"the port of host {host!r} must be a number, not {port!r}")
+        hosts.append(f"{host}:{port if colon else DEFAULT_PORT}")
+    path, _, query = match["rest"].partition("?")
+    if re.search(r"(?:^|&)host=", query):
+        raise ValueError("a URL gives its hosts either before the path or as ?host=, not both")
+    listed = "&".join(f"host={host}" for host in hosts)
+    return f"{match['scheme']}{match['auth'] or ''}{path}?{query + '&' if query else ''}{listed}"
 
 
 def _is_postgres(url: URL) -> bool:

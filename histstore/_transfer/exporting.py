@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import aclosing
-from typing import IO
+from typing import IO, cast
 
 from .._core import codec as _codec
 from .._core.ids import validate_id
@@ -97,20 +97,54 @@ async def export_store(
     stats = TransferStats()
     if progress is not None:
         stats.total_messages = (await source.totals())[1]
-    out.write(header_line(FORMAT_VERSION if with_threads else 2))
-    async with aclosing(source.pages()) as pages:
-        async for page in pages:
-            for conv in page.convs:
-                await _export_conversation(page, conv, out, stats, progress)
-            if progress is not None:
-                progress(stats)
-    counts = None
-    if with_threads:
-        await export_threads(thread_source, out, stats, progress)
-        counts = (stats.threads, stats.checkpoints)
-    out.write(footer_line(stats.conversations, stats.messages, counts))
-    out.flush()
+    # The output is written while a snapshot is open; its own failure (a closed pipe, a
+    # full disk) is raised as the stream raised it, never taken for the database's.
+    writer = cast(IO[str], _Output(out))
+    try:
+        writer.write(header_line(FORMAT_VERSION if with_threads else 2))
+        async with aclosing(source.pages()) as pages:
+            async for page in pages:
+                for conv in page.convs:
+                    await _export_conversation(page, conv, writer, stats, progress)
+                if progress is not None:
+                    progress(stats)
+        counts = None
+        if with_threads:
+            await export_threads(thread_source, writer, stats, progress)
+            counts = (stats.threads, stats.checkpoints)
+        writer.write(footer_line(stats.conversations, stats.messages, counts))
+        writer.flush()
+    except _OutputFailed as failed:
+        raise failed.error from None
     return stats
+
+
+class _OutputFailed(Exception):
+    """The output stream's own ``OSError``, carried past the database's error handling
+    (which takes an ``OSError`` for a lost connection)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Output:
+    """``out``'s ``write`` and ``flush``, raising ``_OutputFailed`` for its ``OSError``."""
+
+    def __init__(self, out: IO[str]) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        try:
+            return self._out.write(text)
+        except OSError as exc:
+            raise _OutputFailed(exc) from exc
+
+    def flush(self) -> None:
+        try:
+            self._out.flush()
+        except OSError as exc:
+            raise _OutputFailed(exc) from exc
 
 
 async def _export_conversation(

@@ -21,7 +21,7 @@ gives the SQL from the database's revision for review instead (``admin.migration
 from_revision=...)`` the same offline). Transfers (``export_store``, ``import_store``,
 ``copy_store``) stream JSON Lines or rows; see the README for the export format.
 ``reindex`` and ``purge`` (``store.purge`` with progress) report ``progress(done, total)``
-after every batch.
+after every batch. ``backup(path, dest)`` copies an SQLite store while it is in use.
 """
 
 from .._transfer.exporting import FormatError as FormatError
@@ -29,6 +29,8 @@ from .._transfer.exporting import TransferStats as TransferStats
 from .._transfer.exporting import copy_store as copy_store
 from .._transfer.exporting import export_store as export_store
 from .._transfer.exporting import import_store as import_store
+from ._backup import BackupResult as BackupResult
+from ._backup import backup as backup
 from ._database import DatabaseLocation as DatabaseLocation
 from ._database import MigrationStatus as MigrationStatus
 from ._database import locate as locate
@@ -47,12 +49,14 @@ from ._queries import list_conversations as list_conversations
 from ._queries import stats as stats
 
 __all__ = [
+    "BackupResult",
     "ConversationInfo",
     "DatabaseLocation",
     "FormatError",
     "MigrationStatus",
     "StoreStats",
     "TransferStats",
+    "backup",
     "copy_store",
     "count_conversations",
     "describe",

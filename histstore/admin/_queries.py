@@ -182,7 +182,7 @@ async def stats(store: Store) -> StoreStats:
                 )
                 stmt = stmt.where(table.c.thread_id.in_(mine))
             counts.append(int((await conn.execute(stmt)).scalar_one()))
-        status = await conn.run_sync(_migrations.schema_status)
+        status = await conn.run_sync(_migrations.schema_status, store.schema)
         return StoreStats(
             conversations=int(row[0]),
             messages=int(row[1]),

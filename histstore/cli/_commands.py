@@ -202,6 +202,16 @@ async def cmd_reindex(args: argparse.Namespace) -> int:
     return 0
 
 
+async def cmd_backup(args: argparse.Namespace) -> int:
+    bar = ProgressLine("backup")
+    done = await admin.backup(args.url, args.dest)
+    print(
+        f"backed up {done.conversations:,} conversations ({done.messages:,} messages,"
+        f" {size(done.bytes)}) to {done.path}, checked {bar.took()}"
+    )
+    return 0
+
+
 async def cmd_stats(args: argparse.Namespace) -> int:
     where = admin.locate(args.url)
     async with open_store(args.url, schema=args.schema, read_only=True) as store:

@@ -265,6 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     user_option(p, "only this user's conversations")
 
+    p = command(
+        "backup",
+        c.cmd_backup,
+        "copy an SQLite database to a new file while it is in use, and check the copy",
+    )
+    p.add_argument("dest", metavar="DEST", help="the new file (it must not exist)")
+
     p = command("stats", c.cmd_stats, "summarize what the database holds")
     user_option(p, "only this user's conversations")
     p.add_argument("--json", action="store_true", help="as one JSON object")

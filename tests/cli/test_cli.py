@@ -26,7 +26,7 @@ from helpers import PYTHON, empty_pg_database, new_id, subprocess_env
 from sqlalchemy import update
 
 import histstore
-from histstore import ConversationState, Message, Summary, turns
+from histstore import ConversationState, Message, Summary, admin, turns
 from histstore._storage import schema as _schema
 from histstore.cli import parse_duration
 
@@ -577,6 +577,22 @@ async def test_stats_json(shared_backend: Any) -> None:
     )
     assert (alice["conversations"], alice["messages"], alice["list_items"]) == (1, 6, 4)
     assert (alice["users"], alice["metadata_entries"], alice["user"]) == (1, 2, "alice")
+
+
+async def test_stats_names_the_revision_of_a_schema_of_its_own(pg_url: str) -> None:
+    """``stats --schema`` reads the version table where the tables are (issue 38)."""
+    del pg_url  # only for its skip-or-fail check of the server
+    async with empty_pg_database() as url:
+        placed = ("--url", url, "--schema", "placed")
+        await ok("migrate", *placed)
+        newest = (await admin.migration_status(url, schema="placed")).head
+        facts = {
+            line[:17].strip(): line[17:].strip()
+            for line in (await ok("stats", *placed)).out.splitlines()
+        }
+        assert facts["schema"] == f"revision {newest} (newest)"
+        figures = json.loads((await ok("stats", "--json", *placed)).out)
+        assert figures["schema_revision"] == newest
 
 
 async def test_clear_several_ids_or_a_users_conversations(shared_backend: Any) -> None:

@@ -3,19 +3,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import shlex
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 from cli_runner import assert_one_line_error, ok, run
+from helpers import PYTHON, subprocess_env
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.graph import START, MessagesState, StateGraph
 from sqlalchemy import update
 
+import histstore
 from histstore import Message
 from histstore._storage import schema as _schema
 from histstore.integrations.langgraph import HiststoreSaver
@@ -223,3 +227,26 @@ async def test_copy_export_and_import_carry_threads(shared_backend: Any, tmp_pat
     async with HiststoreSaver(target) as saver:
         got = [c.checkpoint async for c in saver.alist({"configurable": {"thread_id": thread}})]
     assert got == wanted
+
+
+async def test_export_into_a_pipe_closed_early_exits_quietly(tmp_path: Path) -> None:
+    """``histstore export | head``: the reader leaves while a thread is being written;
+    the command stops without a word (issue 38: it said "read failed: the database is
+    unavailable ... BrokenPipeError")."""
+    url = str(tmp_path / "threads.db")
+    async with histstore.connect(url) as store:
+        saver = HiststoreSaver(store)
+        for _ in range(3):
+            await chat(saver, new_thread(), 4)
+    command = shlex.join([PYTHON, "-m", "histstore", "export", "--url", url])
+    proc = await asyncio.create_subprocess_exec(
+        "bash",
+        "-c",
+        f"{command} | head -c 3000 > /dev/null; echo ${{PIPESTATUS[0]}}",
+        env={**subprocess_env(), "NO_COLOR": "1"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert err.decode() == ""
+    assert out.decode().strip() in ("0", "1")  # 1 when the pipe closed before the end

@@ -359,3 +359,38 @@ async def _numbered(store: histstore.Store, cid: str, texts: list[str]) -> None:
     assert len(set(ids)) == len(ids)
     assert conv.revision == 1
     assert [c.kind for c in await store.changes(cid)] == ["save"]
+
+
+# What older histstores' searches sent. Before e9a4c2f8b5d1 a search read the generated
+# column ``search_vector`` of the message row (the statement is reduced to that part);
+# from e9a4c2f8b5d1 to c8d2f4a6e1b9 a search, and an append, also read and wrote the
+# pending list ``histstore_search_pending`` (renamed since).
+OLDER_VECTOR_SEARCH = (
+    "WITH query AS (SELECT plainto_tsquery('simple', 'walrus') AS q)"
+    " SELECT histstore_messages.conversation_id, histstore_messages.position,"
+    " ts_rank_cd(histstore_messages.search_vector, query.q) AS score"
+    " FROM histstore_messages, query WHERE histstore_messages.search_vector @@ query.q"
+    " ORDER BY score DESC LIMIT 10"
+)
+OLDER_LISTED_SEARCH = (
+    "SELECT p.conversation_id, m.position FROM histstore_search_pending AS p"
+    " JOIN histstore_messages AS m ON m.conversation_id = p.conversation_id"
+    " AND m.entry_id BETWEEN p.first_entry AND p.last_entry"
+)
+OLDER_LISTING = (
+    "INSERT INTO histstore_search_pending (conversation_id, first_entry, last_entry)"
+    " VALUES ('older', 1, 1)"
+)
+
+
+@pytest.mark.postgres
+async def test_an_older_search_fails_saying_the_schema_is_newer(pg_url: str) -> None:
+    """Issue 38: it failed with the driver's ``UndefinedColumnError`` (revision
+    d3a7f1c6b8e2 makes the names it reads raise the older-writer guards' message)."""
+    async with histstore.connect(pg_url) as store:
+        await store.write("older-search", [{"role": "user", "content": "a walrus"}])
+        for sql in (OLDER_VECTOR_SEARCH, OLDER_LISTED_SEARCH, OLDER_LISTING):
+            await _refused(store.engine, lambda conn, s=sql: conn.execute(text(s)))
+        # histstore's own search, and everything else, go on.
+        assert [h.conversation for h in await store.search("walrus")] == ["older-search"]
+        await store.clear("older-search")

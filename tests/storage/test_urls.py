@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 from uuid import uuid4
 
 import pytest
@@ -150,6 +151,49 @@ async def test_missing_certificate_file_is_a_value_error(tmp_path: Path) -> None
     for name in ("sslrootcert", "sslcert", "sslkey"):
         with pytest.raises(ValueError, match=f"{name}: no such file"):
             await histstore.connect(pg(f"sslmode=verify-ca&{name}={tmp_path}/missing.pem"))
+
+
+def test_libpq_multi_host_urls_become_sqlalchemy_hosts() -> None:
+    """``postgresql://h1:p1,h2:p2/db``, as providers and libpq write it (issue 38)."""
+    url = "postgresql://u:pw@h1:5433,h2,h3:6000/app?target_session_attrs=read-write"
+    resolved = resolve_target(url)
+    assert resolved.query["host"] == ("h1:5433", "h2:5432", "h3:6000")  # type: ignore[union-attr]
+    assert resolved.query["target_session_attrs"] == "read-write"  # type: ignore[union-attr]
+    assert (resolved.host, resolved.password, resolved.database) == (None, "pw", "app")  # type: ignore[union-attr]
+    rest, args = split(url)
+    assert args == {"target_session_attrs": "read-write"}
+    assert "host=h1%3A5433&host=h2%3A5432&host=h3%3A6000" in rest
+    assert resolve_target("postgresql://a,b").query["host"] == ("a:5432", "b:5432")  # type: ignore[union-attr]
+    one = "postgresql://u:pw@h1:5433/app"
+    assert resolve_target(one).port == 5433  # type: ignore[union-attr]
+    for bad, said in [
+        ("postgresql://h1,/app", "empty host"),
+        ("postgresql://h1:x,h2/app", "must be a number"),
+        ("postgresql://[::1]:5432,h2/app", "IPv6"),
+        ("postgresql://h1,h2/app?host=h3:1", "not both"),
+    ]:
+        with pytest.raises(ValueError, match=said):
+            histstore.connect(bad)
+
+
+async def test_a_multi_host_url_skips_a_host_that_refuses(pg_url: str) -> None:
+    """The first host refuses connections; the store writes and reads on the second."""
+    shared = make_url(pg_url)
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = sock.getsockname()[1]
+    auth = quote(shared.username or "", safe="")
+    if shared.password is not None:
+        auth += ":" + quote(str(shared.password), safe="")
+    url = (
+        f"postgresql://{auth}@127.0.0.1:{dead},{shared.host}:{shared.port or 5432}"
+        f"/{shared.database}?target_session_attrs=read-write"
+    )
+    async with histstore.connect(url) as store:
+        cid = f"multi-host-{uuid4().hex[:8]}"
+        await store.write(cid, [{"role": "user", "content": "over the second host"}])
+        assert [m.content for m in await store.read(cid)] == ["over the second host"]
+        await store.clear(cid)
 
 
 def test_display_hides_every_password() -> None:

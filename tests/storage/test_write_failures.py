@@ -96,6 +96,13 @@ async def test_unknown_commit_outcome_is_uncertain_and_retry_is_safe(
         assert err.idempotency_key == kwargs["idempotency_key"]
     assert is_database_error(err.__cause__)
     assert "new-" not in str(err)
+    # The failure the message names is the one the error carries (not the settling
+    # read's), so its SQLSTATE is the one the message prints (issue 38).
+    named = err.__context__
+    assert isinstance(named, histstore.DatabaseFailure)
+    assert named.phase == "commit"
+    assert str(named) in str(err)
+    assert (named.sqlstate is None) == ("SQLSTATE" not in str(err))
 
     if retry == "key":
         out = await store.write(cid, batch, idempotency_key=err.idempotency_key)

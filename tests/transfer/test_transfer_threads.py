@@ -261,3 +261,32 @@ async def test_a_version_2_file_still_imports(store: histstore.Store) -> None:
     thread_in_v2 = [*records[:-1], {"type": "thread", "id": "t", "row": {}, "rows": {}}]
     with pytest.raises(admin.FormatError, match="expected a conversation record"):
         await admin.import_store(store, [(json.dumps(r) + "\n").encode() for r in thread_in_v2])
+
+
+class ClosedPipe(io.StringIO):
+    """A reader that goes away after ``keep`` characters (``histstore export | head``)."""
+
+    def __init__(self, keep: int) -> None:
+        super().__init__()
+        self.keep = keep
+
+    def write(self, text: str) -> int:
+        if self.tell() + len(text) > self.keep:
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+
+@pytest.mark.parametrize("keep", [0, 2_000, 20_000])
+async def test_a_closed_output_is_the_outputs_error_not_the_databases(
+    store: histstore.Store, keep: int
+) -> None:
+    """The output fails while a conversation's or a thread's snapshot is open: the
+    caller gets the stream's own ``BrokenPipeError``, not a ``DatabaseFailure``."""
+    saver = HiststoreSaver(store)
+    await run_threads(saver, [new_id("thread")], turns=3)
+    await store.write(new_id("conv"), [Message.user("x" * 500)] * 20)
+    assert len(await export_text(store)) > 20_000
+    with pytest.raises(BrokenPipeError) as caught:
+        await admin.export_store(store, ClosedPipe(keep), batch=3)
+    assert not isinstance(caught.value, histstore.HistStoreError)
+    assert await store.conversations()  # the store goes on
