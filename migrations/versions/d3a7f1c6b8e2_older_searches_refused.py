@@ -23,7 +23,7 @@ list c8d2f4a6e1b9 renamed). Downgrade drops both. All of it is SQL, so ``--sql``
 it.
 
 Revision ID: d3a7f1c6b8e2
-Revises: c8d2f4a6e1b9
+Revises: d9e3b5a7c1f4
 Create Date: 2026-12-07 00:45:00.000000
 
 """
@@ -37,7 +37,7 @@ from alembic import op
 from histstore._storage.revisions import OLDER_WRITER_MESSAGE, schema_prefix
 
 revision: str = "d3a7f1c6b8e2"
-down_revision: str | None = "c8d2f4a6e1b9"
+down_revision: str | None = "d9e3b5a7c1f4"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
