@@ -11,8 +11,16 @@ from sqlalchemy.pool import PoolProxiedConnection, QueuePool
 from sqlalchemy.util import greenlet_spawn
 
 from .orphans import release_orphaned
+from .pool_options import DEFAULT_REFUSED_WAIT
+from .refusals import opening
 
-__all__ = ["ConnectionCache", "release_connections"]
+__all__ = ["MAX_IDLE", "ConnectionCache", "release_connections"]
+
+MAX_IDLE = 0.5
+"""Seconds a connection is kept out of the pool unused. Long enough for a busy store's
+next call to take it; short enough that a burst's connections go back at once (the
+pool closes those beyond its size: on a shared server, a session held idle is one
+another process cannot open)."""
 
 
 class ConnectionCache:
@@ -24,13 +32,22 @@ class ConnectionCache:
     together (none for an in-memory database, whose only connection SQLAlchemy-run work
     needs), so the pool always has connections for the rest of the store. A connection
     idle for longer than ``max_idle`` seconds goes back to the pool (which then applies
-    pre-ping and recycling); ``close()`` gives every one back.
+    pre-ping and recycling); ``close()`` gives every one back. A connection the server
+    refuses is waited for up to ``wait`` seconds (``_storage.refusals``).
     """
 
-    def __init__(self, engine: AsyncEngine, *, limit: int, max_idle: float = 10.0) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        limit: int,
+        max_idle: float = MAX_IDLE,
+        wait: float = DEFAULT_REFUSED_WAIT,
+    ) -> None:
         self._engine = engine
         self._limit = limit
         self._max_idle = max_idle
+        self._wait = wait
         self._idle: list[tuple[float, PoolProxiedConnection]] = []  # oldest first
         self._closed = False
         self._timer: asyncio.TimerHandle | None = None
@@ -38,13 +55,18 @@ class ConnectionCache:
 
     @classmethod
     def for_engine(
-        cls, engine: AsyncEngine, *, limit: int = 16, reserve: int = 0
+        cls,
+        engine: AsyncEngine,
+        *,
+        limit: int = 16,
+        reserve: int = 0,
+        wait: float = DEFAULT_REFUSED_WAIT,
     ) -> ConnectionCache:
         """A cache of at most ``limit`` connections that leaves ``engine``'s pool
         ``reserve`` connections and one more."""
         pool_ = engine.sync_engine.pool
         size = pool_.size() if isinstance(pool_, QueuePool) else 0
-        return cls(engine, limit=max(0, min(limit, size - 1 - reserve)))
+        return cls(engine, limit=max(0, min(limit, size - 1 - reserve)), wait=wait)
 
     @property
     def limit(self) -> int:
@@ -63,7 +85,7 @@ class ConnectionCache:
             if monotonic() - since <= self._max_idle:
                 return raw
             await greenlet_spawn(raw.close)
-        return await self._engine.raw_connection()
+        return await opening(self._engine.raw_connection, self._wait)
 
     async def put(self, raw: PoolProxiedConnection) -> None:
         """Keep a healthy connection for the next call, or give it back to the pool."""

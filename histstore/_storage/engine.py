@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from .._errors import HistStoreError
 from .pg_driver import never_switch_jit
 from .pg_url import normalize, split
+from .pool_options import PoolOptions, pool_arguments
 from .statements.kinds import is_sqlite
 
 __all__ = [
@@ -245,7 +246,12 @@ def install_pooler_hooks(engine: AsyncEngine) -> None:
 
 
 def make_engine(
-    url: URL, *, busy_timeout: float, read_only: bool = False, pooler: str | None = None
+    url: URL,
+    *,
+    busy_timeout: float,
+    read_only: bool = False,
+    pooler: str | None = None,
+    sizes: PoolOptions | None = None,
 ) -> AsyncEngine:
     """Create the engine a store owns for ``url``.
 
@@ -257,21 +263,24 @@ def make_engine(
     transaction-mode pooler (see ``transaction_pooler_args``); then no session-level
     setting is sent at startup either (a pooler refuses or drops them).
 
+    ``sizes``: the pool's size and overflow (``_storage.pool_options``; not in memory).
+
     Raises:
         HistStoreError: the URL's driver is not installed (the message says which extra
             installs it).
     """
     # The store always ends its transactions before giving a connection back, so the
     # pool's extra rollback on return would only cost a round trip. Last-in-first-out
-    # keeps reusing the warmest connections; 20 kept connections serve a busy agent
-    # service without opening and closing connections all the time.
+    # keeps reusing the warmest connections. The pool's size: ``_storage.pool_options``.
     kwargs: dict[str, Any] = {
         "hide_parameters": True,
         "pool_reset_on_return": None,
         "pool_use_lifo": True,
     }
     if not is_memory_url(url):
-        kwargs.update(pool_size=20, max_overflow=20, pool_timeout=busy_timeout)
+        sqlite = url.get_backend_name() == "sqlite"
+        kwargs.update(pool_arguments(sizes or PoolOptions(), sqlite=sqlite))
+        kwargs["pool_timeout"] = busy_timeout
     if url.get_backend_name() == "sqlite":
         kwargs["connect_args"] = {"timeout": busy_timeout, "check_same_thread": False}
         if is_memory_url(url):

@@ -29,7 +29,9 @@ from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_di
 from .engine import SETTINGS_OPTION, SqliteSettings, is_memory_url
 from .group_commit import GroupCommit
 from .lending import READ_SLOTS, LentConnection, WriteTurn
+from .pool_options import DEFAULT_REFUSED_WAIT
 from .read_groups import ReadGroups
+from .refusals import connection
 from .search_index import BackgroundIndexer, PendingIndex, VectorIndex
 from .statements import dialects as _dialects
 from .transaction import Transaction
@@ -56,6 +58,7 @@ class Executor:
         *,
         read_only: bool = False,
         pooled: bool = False,
+        refused_wait: float = DEFAULT_REFUSED_WAIT,
     ) -> None:
         self.dialect = engine.dialect
         self.read_only = read_only
@@ -73,8 +76,14 @@ class Executor:
         # PostgreSQL: single-statement writes (appends, indexing runs) keep ``IN_FLIGHT``
         # connections of their own (each server session plans statements for itself).
         writes = IN_FLIGHT if sqlite is None else 0
-        self._statement_writes = ConnectionCache.for_engine(engine, limit=writes, reserve=1)
-        self._cache = ConnectionCache.for_engine(engine, reserve=self._statement_writes.limit)
+        self.refused_wait = refused_wait
+        """Seconds a connection the server refuses is waited for (``_storage.refusals``)."""
+        self._statement_writes = ConnectionCache.for_engine(
+            engine, limit=writes, reserve=1, wait=refused_wait
+        )
+        self._cache = ConnectionCache.for_engine(
+            engine, reserve=self._statement_writes.limit, wait=refused_wait
+        )
         self._closed = False
         given: dict[str, Any] = {} if sqlite is None else {SETTINGS_OPTION: sqlite}
         modes = {m: _dialects.mode_options(self.dialect, m) for m in ("read", "snapshot", "write")}
@@ -412,7 +421,7 @@ class Executor:
 
         async def transaction() -> T:
             try:
-                async with engine.begin() as conn:
+                async with connection(engine, self.refused_wait) as conn, conn.begin():
                     return await work(conn)
             except HistStoreError:
                 raise
@@ -434,7 +443,7 @@ class Executor:
         if mode == "write":
             self.refuse_writes(action, None)
         try:
-            async with self._engines[mode].connect() as conn, conn.begin():
+            async with connection(self._engines[mode], self.refused_wait) as conn, conn.begin():
                 yield conn
             if mode == "write":
                 self.listed()
