@@ -30,8 +30,8 @@ from ._storage.engine import (
     resolve_target,
 )
 from ._storage.pg_url import display
-from ._storage.pool_options import PoolOptions, checked, pool_options
-from ._storage.refusals import connection
+from ._storage.pool_options import PoolOptions, capacity, checked, pool_options
+from ._storage.refusals import Backoff, connection
 from ._storage.statements.dialects import can_create_tables, mode_options
 from ._storage.statements.kinds import is_sqlite
 from ._store import Store, StoreSettings
@@ -245,6 +245,7 @@ async def _open(
         )
     )
     sqlite = is_sqlite(engine.dialect)
+    in_memory = is_memory_url(engine.url)
     settings = StoreSettings(
         count_tokens=count_tokens,
         max_message_bytes=max_message_bytes,
@@ -259,6 +260,7 @@ async def _open(
         read_only=read_only,
         pooled=pooler is not None,
         refused_wait=pool.wait,
+        capacity=capacity(pool, sqlite=sqlite) if owns and not in_memory else None,
     )
     try:
         for_dialect(engine.dialect, schema)  # ValueError: a driver or option it cannot run
@@ -284,18 +286,18 @@ async def _prepare_schema(
     upgrade = not settings.read_only and (
         migrate is True or (migrate is None and settings.sqlite is not None)
     )
-    wait = settings.refused_wait
+    backoff = Backoff(settings.refused_wait)
     with translate_errors("opening the database"):
         if settings.sqlite is not None and not is_memory_url(engine.url) and not settings.read_only:
             # WAL lets readers go on while one process writes. The mode is kept in
             # the file, so this runs once per open, outside any transaction.
-            async with connection(engine, wait) as conn:
+            async with connection(engine, backoff) as conn:
                 mode = await _journal_mode(conn)
                 if mode != "wal":
                     raise HistStoreError(f"SQLite refused WAL mode (journal_mode={mode})")
         schema = settings.schema
         snapshot = engine.execution_options(**options, **mode_options(engine.dialect, "snapshot"))
-        async with connection(snapshot, wait) as conn:
+        async with connection(snapshot, backoff) as conn:
             status = await conn.run_sync(_migrations.schema_status, schema)
             can_create = status.up_to_date or await conn.run_sync(can_create_tables, schema)
             await conn.rollback()
@@ -307,7 +309,9 @@ async def _prepare_schema(
         write_options = {**options, **mode_options(engine.dialect, "write")}
         # Rolls back and tries again when it cannot get its locks (lock timeout,
         # deadlock, SQLite busy), then fails saying nothing was changed.
-        await _migrations.upgrade_retrying(engine, write_options, status, schema, refused_wait=wait)
+        await _migrations.upgrade_retrying(
+            engine, write_options, status, schema, refused_wait=settings.refused_wait
+        )
 
 
 async def _journal_mode(conn: AsyncConnection) -> str:

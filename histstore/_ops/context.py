@@ -41,6 +41,9 @@ class StoreSettings:
     refused_wait: float = DEFAULT_REFUSED_WAIT
     """Seconds a connection the server refuses for now is waited for
     (``_storage.refusals``)."""
+    capacity: int | None = None
+    """The most connections the store's pool holds (``pool_size + max_overflow``) when
+    ``connect()`` made its engine; ``None`` for a borrowed engine or in memory."""
 
     def executor(self, engine: AsyncEngine) -> Executor:
         """The executor of a store opened on ``engine`` with these settings."""
@@ -51,6 +54,7 @@ class StoreSettings:
             read_only=self.read_only,
             pooled=self.pooled,
             refused_wait=self.refused_wait,
+            capacity=self.capacity,
         )
 
 

@@ -30,7 +30,7 @@ from sqlalchemy.schema import CreateSchema
 from .._errors import SchemaError
 from .dberrors import DATABASE_ERRORS, DatabaseFailure, reason
 from .pool_options import DEFAULT_REFUSED_WAIT
-from .refusals import connection
+from .refusals import Backoff, connection
 from .schema import VERSION_TABLE
 from .statements.dialects import limit_lock_waits, lock_for_migration
 
@@ -356,11 +356,12 @@ async def upgrade_retrying(
     """
     how = how or upgrade_options.get() or UpgradeOptions()
     started = time.monotonic()
+    backoff = Backoff(refused_wait)
     last: BaseException | None = None
     for pause in (*RETRY_DELAYS, None):
         try:
             with_options = engine.execution_options(**options)
-            async with connection(with_options, refused_wait) as conn, conn.begin():
+            async with connection(with_options, backoff) as conn, conn.begin():
                 await conn.run_sync(
                     upgrade, schema, lock_timeout=how.lock_timeout, progress=how.progress
                 )

@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_REFUSED_WAIT",
     "URL_PARAMS",
     "PoolOptions",
+    "capacity",
     "checked",
     "pool_arguments",
     "pool_options",
@@ -132,3 +133,8 @@ def pool_arguments(options: PoolOptions, *, sqlite: bool) -> dict[str, int]:
         "pool_size": size if options.pool_size is None else options.pool_size,
         "max_overflow": overflow if options.max_overflow is None else options.max_overflow,
     }
+
+
+def capacity(options: PoolOptions, *, sqlite: bool) -> int:
+    """The most connections a pool made with ``options`` holds at once."""
+    return sum(pool_arguments(options, sqlite=sqlite).values())

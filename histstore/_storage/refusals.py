@@ -5,34 +5,39 @@ clients already", also "remaining connection slots are reserved"); one starting 
 shutting down or in recovery with 57P03 ("cannot connect now"). Both say nothing was
 done and that the same request can succeed in a moment, when another session ends or
 the server is up. So every connection the store opens (for ``connect()``, for each call,
-for the command line's subcommands) is opened through ``opening``: a refusal is retried
-after a pause with full jitter, the pauses doubling from ``FIRST_PAUSE`` to ``MAX_PAUSE``,
-until ``wait`` seconds have passed since the first refusal; the last refusal is then
-raised as it came (the caller translates it into a transient ``DatabaseFailure`` whose
-``__cause__`` is the driver's error).
+for the command line's subcommands) is opened through a ``Backoff``, which waits such
+refusals out.
 
-Each attempt is a whole checkout from the pool, not only a new server session: a
-connection this store gave back to its pool in the meantime is taken at once, so a
-store that holds few connections on a full server goes on with those instead of
-waiting for a new one. The jitter keeps processes refused together from coming back
-together. Nothing is sent on a connection that was not opened, so retrying a refused
-write can neither duplicate nor lose it.
+A store meets refusals together (``Backoff``, one per store): after a refusal it asks
+the server for a new session again only once a pause has passed, one caller at a time,
+the pauses doubling from ``FIRST_PAUSE`` to ``MAX_PAUSE`` (full jitter, so processes
+refused together do not come back together) and starting short again once a session
+opens. Meanwhile its callers take turns on the connections it holds: each waits for one
+to be given back (first waiter first) or for the next turn to ask the server, and a
+caller takes one that is idle in the store's cache or pool whenever there is one. A
+caller fails once it has waited ``wait`` seconds and the server refuses it once more;
+that last refusal is raised as it came (the caller translates it into a transient
+``DatabaseFailure`` whose ``__cause__`` is the driver's error). Nothing is sent on a
+connection that was not opened, so retrying a refused write can neither duplicate nor
+lose it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from time import monotonic
 from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.pool import QueuePool
 
 from .dberrors import DATABASE_ERRORS, sqlstate
 
-__all__ = ["FIRST_PAUSE", "MAX_PAUSE", "REFUSALS", "connection", "opening", "refused"]
+__all__ = ["FIRST_PAUSE", "MAX_PAUSE", "REFUSALS", "Backoff", "connection", "refused"]
 
 T = TypeVar("T")
 
@@ -44,8 +49,8 @@ FIRST_PAUSE = 0.02
 """Seconds of the first pause after a refusal, at most (full jitter: 0 to this)."""
 
 MAX_PAUSE = 0.5
-"""The longest pause between two attempts, in seconds: short enough that a connection
-freed on the server is taken within about half a second."""
+"""The longest pause before the store asks the server again, in seconds: short enough
+that a session freed on the server is taken within about half a second."""
 
 
 def refused(exc: BaseException) -> bool:
@@ -53,37 +58,91 @@ def refused(exc: BaseException) -> bool:
     return sqlstate(exc) in REFUSALS
 
 
-async def opening(open_: Callable[[], Awaitable[T]], wait: float) -> T:
-    """``await open_()``, tried again after jittered pauses while the server refuses
-    the connection, for up to ``wait`` seconds (see the module doc).
+class Backoff:
+    """A store's callers waiting out the server's refusals together (module doc).
 
-    Raises:
-        the last refusal once ``wait`` has passed; any other error at once.
+    ``wait``: seconds a caller waits before its next refusal is raised.
     """
-    started: float | None = None
-    ceiling = FIRST_PAUSE
-    while True:
-        try:
-            return await open_()
-        except DATABASE_ERRORS as exc:
-            if not refused(exc):
-                raise
+
+    def __init__(self, wait: float) -> None:
+        self.wait = wait
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._ask_at = 0.0  # ``monotonic()`` before which no caller asks the server
+        self._ceiling = FIRST_PAUSE
+
+    @property
+    def refusing(self) -> bool:
+        """Whether the server refused the store's last request for a session."""
+        return self._ask_at > 0
+
+    def given_back(self) -> None:
+        """A connection went back to the store's cache or pool (or was closed): the
+        caller that has waited longest tries again."""
+        while self._waiting:
+            waiter = self._waiting.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def open(self, open_: Callable[[], Awaitable[T]], idle: Callable[[], bool]) -> T:
+        """``await open_()`` (a checkout), waiting out refusals; ``idle()``: whether the
+        store has a connection that ``open_`` takes without asking the server.
+
+        Raises:
+            the server's refusal once ``wait`` has passed; any other error at once.
+        """
+        started: float | None = None
+        while True:
+            now = monotonic()
+            late = started is not None and now - started >= self.wait
+            asking = not idle()
+            if not asking or now >= self._ask_at or late:
+                if asking and self.refusing:  # one caller asks; the others wait for it
+                    self._ask_at = now + self._pause()
+                try:
+                    value = await open_()
+                except DATABASE_ERRORS as exc:
+                    if not refused(exc) or late or self.wait <= 0:
+                        raise
+                    self._ceiling = min(MAX_PAUSE, self._ceiling * 2)
+                    self._ask_at = max(self._ask_at, monotonic() + self._pause())
+                else:
+                    if asking:  # the server had room
+                        self._ceiling, self._ask_at = FIRST_PAUSE, 0.0
+                    return value
             now = monotonic()
             if started is None:
                 started = now
-            left = started + wait - now
-            if left <= 0:
-                raise
-        await asyncio.sleep(min(left, random.uniform(0, ceiling)))  # noqa: S311 - jitter
-        ceiling = min(MAX_PAUSE, ceiling * 2)
+            left = started + self.wait - now
+            await self._next(max(0.0, min(left, self._ask_at - now)))
+
+    def _pause(self) -> float:
+        return random.uniform(0, self._ceiling)  # noqa: S311 - jitter, not a secret
+
+    async def _next(self, timeout: float) -> None:
+        """Return at the next ``given_back()``, or after ``timeout`` seconds."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiting.append(waiter)
+        try:
+            await asyncio.wait({waiter}, timeout=timeout)
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+
+
+def pool_idle(engine: AsyncEngine) -> bool:
+    """Whether ``engine``'s pool holds an idle connection (taken without asking)."""
+    pool = engine.sync_engine.pool
+    return isinstance(pool, QueuePool) and pool.checkedin() > 0
 
 
 @asynccontextmanager
-async def connection(engine: AsyncEngine, wait: float) -> AsyncIterator[AsyncConnection]:
-    """A SQLAlchemy connection of ``engine`` opened through ``opening``, closed after
+async def connection(engine: AsyncEngine, backoff: Backoff) -> AsyncIterator[AsyncConnection]:
+    """A SQLAlchemy connection of ``engine`` opened through ``backoff``, closed after
     the block (as ``engine.connect()`` used as a context manager)."""
-    conn = await opening(lambda: engine.connect().start(), wait)
+    conn = await backoff.open(lambda: engine.connect().start(), lambda: pool_idle(engine))
     try:
         yield conn
     finally:
         await asyncio.shield(conn.close())
+        backoff.given_back()

@@ -139,6 +139,23 @@ async def _role_limit(cluster: Cluster, limit: int) -> None:
     await asyncio.to_thread(cluster.psql, f"ALTER ROLE app CONNECTION LIMIT {limit}")
 
 
+REFUSAL = 'too many connections for role "app"'
+
+
+def _refusals(cluster: Cluster) -> int:
+    """How many sessions of ``app`` the server has refused so far (its log says)."""
+    return cluster.log.read_text(errors="replace").count(REFUSAL)
+
+
+async def _refused_again(cluster: Cluster, since: int) -> None:
+    """Return once the server has refused a session of ``app`` after ``since`` refusals."""
+    for _ in range(600):
+        if _refusals(cluster) > since:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the server refused no connection")
+
+
 async def test_a_refusal_past_the_deadline_is_a_typed_failure(
     cluster: Cluster, app_url: str
 ) -> None:
@@ -156,8 +173,10 @@ async def test_a_refusal_past_the_deadline_is_a_typed_failure(
 async def test_connect_waits_out_a_refusal(cluster: Cluster, app_url: str) -> None:
     await _role_limit(cluster, 0)
     try:
+        since = _refusals(cluster)
         opening = asyncio.ensure_future(_open(app_url))
-        await asyncio.sleep(1.0)
+        await _refused_again(cluster, since)
+        await asyncio.sleep(0.3)
         assert not opening.done()
     finally:
         await _role_limit(cluster, -1)
@@ -201,8 +220,10 @@ async def test_calls_go_on_with_the_connections_held_when_the_server_is_full(
 async def test_the_command_line_waits_out_a_refusal(cluster: Cluster, app_url: str) -> None:
     await _role_limit(cluster, 0)
     try:
+        since = _refusals(cluster)
         listing = asyncio.ensure_future(run_subprocess("ls", "--url", app_url))
-        await asyncio.sleep(1.5)
+        await _refused_again(cluster, since)
+        await asyncio.sleep(0.3)
         assert not listing.done()
     finally:
         await _role_limit(cluster, -1)
