@@ -4,18 +4,21 @@ Run from a checkout (needs the PostgreSQL server programs, as the tests' cluster
 
     python bench/few_connections.py [--tree DIR ...] [--processes 10] [--tasks 9]
                                     [--seconds 15] [--retries 0] [--rounds 1]
+                                    [--max-connections 20]
 
 A throwaway cluster with ``max_connections = 20`` (``superuser_reserved_connections =
-1``: 19 sessions for the application) is started once. Then, for each ``--tree`` (a
-histstore checkout; default: this one), in turn and ``--rounds`` times, the database
-is made anew and ``--processes`` children (``sys.executable``, the tree on
-``PYTHONPATH``) each open a store with ``histstore.connect(url)`` (default options) and
-run agent turns from ``--tasks`` tasks for ``--seconds``: ``read(c, limit=20)`` then
-``write(c, [one message])``. With ``--retries N`` a failed call is tried again up to N
-times (the write with its idempotency key). Printed per tree: processes that could not
-open, turns acknowledged, turns failed, the p99 turn latency of each process, the most
-sessions seen at once on the server (all, and the most of one process), and whether
-every acknowledged write is stored exactly once.
+1``: 19 sessions for the application) is started once (``--max-connections 200``: a
+server with room for every process, the reference for what the machine itself costs).
+Then, for each ``--tree`` (a histstore checkout; default: this one), in turn and
+``--rounds`` times, the database is made anew and ``--processes`` children
+(``sys.executable``, in the tree, with it on ``PYTHONPATH``) each open a store with
+``histstore.connect(url)`` (default options) and run agent turns from ``--tasks`` tasks
+for ``--seconds``: ``read(c, limit=20)`` then ``write(c, [one message])``. With
+``--retries N`` a failed call is tried again up to N times (the write with its
+idempotency key). Printed per tree: processes that could not open, turns acknowledged,
+turns failed, the p99 turn latency of each process, the most sessions seen at once on
+the server (all, and the most of one process), and whether every acknowledged write is
+stored exactly once.
 """
 
 from __future__ import annotations
@@ -109,6 +112,7 @@ async def _stored(url: str, acked: dict[str, list[str]], tree: Path) -> bool:
         code,
         url,
         env={**os.environ, "PYTHONPATH": str(tree)},
+        cwd=tree,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
@@ -126,7 +130,7 @@ async def _round(cluster: Any, tree: Path, args: argparse.Namespace) -> dict[str
     url = cluster.url(user="app", password=PASSWORD, database="app")
     env = {**os.environ, "PYTHONPATH": str(tree)}
     migrate = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "histstore", "migrate", "--url", url, env=env
+        sys.executable, "-m", "histstore", "migrate", "--url", url, env=env, cwd=tree
     )
     await migrate.wait()
     watcher = await asyncpg.connect(
@@ -143,6 +147,7 @@ async def _round(cluster: Any, tree: Path, args: argparse.Namespace) -> dict[str
             str(args.seconds),
             str(args.retries),
             env=env,
+            cwd=tree,  # ``-c`` puts the working directory first on the path
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
         )
@@ -178,12 +183,13 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--retries", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--max-connections", type=int, default=20)
     args = parser.parse_args()
     trees = [t.resolve() for t in (args.tree or [REPO])]
     sys.path.insert(0, str(REPO / "tests"))
     from pg_cluster import throwaway_cluster
 
-    settings = ["max_connections = 20", "superuser_reserved_connections = 1"]
+    settings = [f"max_connections = {args.max_connections}", "superuser_reserved_connections = 1"]
     with throwaway_cluster(settings=settings) as cluster:
         for _ in range(args.rounds):
             for tree in trees:

@@ -76,8 +76,9 @@ class Executor:
         self._sqlite = sqlite
         # PostgreSQL: single-statement writes (appends, indexing runs) keep ``IN_FLIGHT``
         # connections of their own (each server session plans statements for itself).
-        writes = IN_FLIGHT if sqlite is None else 0
         # ``capacity``: the most connections the pool holds, when connect() made it.
+        # Every connection is opened through one ``Backoff`` (``_storage.refusals``).
+        writes = IN_FLIGHT if sqlite is None else 0
         self._backoff = Backoff(refused_wait)
         self._statement_writes = ConnectionCache.for_engine(
             engine,

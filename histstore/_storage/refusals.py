@@ -92,11 +92,17 @@ class Backoff:
             the server's refusal once ``wait`` has passed; any other error at once.
         """
         started: float | None = None
+        # While the server refuses, a newcomer queues behind the callers already waiting
+        # (no overtaking them to a connection given back); a caller woken for one that
+        # another took keeps its place at the head of the queue.
+        queued = self.refusing and any(not w.done() for w in self._waiting)
         while True:
             now = monotonic()
             late = started is not None and now - started >= self.wait
             asking = not idle()
-            if not asking or now >= self._ask_at or late:
+            if queued and not late:
+                pass
+            elif not asking or now >= self._ask_at or late:
                 if asking and self.refusing:  # one caller asks; the others wait for it
                     self._ask_at = now + self._pause()
                 try:
@@ -107,27 +113,39 @@ class Backoff:
                     self._ceiling = min(MAX_PAUSE, self._ceiling * 2)
                     self._ask_at = max(self._ask_at, monotonic() + self._pause())
                 else:
-                    if asking:  # the server had room
+                    if asking and self.refusing:  # the server has room: the next may ask
                         self._ceiling, self._ask_at = FIRST_PAUSE, 0.0
+                        self.given_back()
                     return value
             now = monotonic()
+            head = started is not None
             if started is None:
                 started = now
             left = started + self.wait - now
-            await self._next(max(0.0, min(left, self._ask_at - now)))
+            until = left if queued else min(left, self._ask_at - now)
+            await self._next(max(0.0, until), head=head)
+            queued = False
 
     def _pause(self) -> float:
         return random.uniform(0, self._ceiling)  # noqa: S311 - jitter, not a secret
 
-    async def _next(self, timeout: float) -> None:
-        """Return at the next ``given_back()``, or after ``timeout`` seconds."""
+    async def _next(self, timeout: float, *, head: bool) -> None:
+        """Return at the next ``given_back()`` (``head``: the first to be woken), or
+        after ``timeout`` seconds."""
         waiter = asyncio.get_running_loop().create_future()
-        self._waiting.append(waiter)
+        if head:
+            self._waiting.appendleft(waiter)
+        else:
+            self._waiting.append(waiter)
+        woken = False
         try:
             await asyncio.wait({waiter}, timeout=timeout)
+            woken = True
         finally:
             if not waiter.done():
                 waiter.cancel()
+            elif not woken and not waiter.cancelled():
+                self.given_back()  # cancelled once woken: the next caller's turn
 
 
 def pool_idle(engine: AsyncEngine) -> bool:
