@@ -30,7 +30,7 @@ from urllib.parse import quote, unquote
 
 from sqlalchemy import URL, event, make_url, pool
 from sqlalchemy.engine import AdaptedConnection, Connection
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DisconnectionError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from .._errors import HistStoreError
@@ -314,7 +314,21 @@ def make_engine(
         raise ValueError(f"cannot open {url.drivername} URL: {exc}") from None
     if pooler == "transaction":
         install_pooler_hooks(engine)
+    if url.get_backend_name() == "postgresql":
+        event.listen(engine.sync_engine.pool, "checkout", _drop_closed)
     return engine
+
+
+def _drop_closed(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+    """Make the pool replace a connection the server closed while it sat idle in the
+    pool (a restart, an idle timeout), before anything is sent on it: the driver has
+    seen it close, so this costs no round trip (SQLAlchemy's documented way: raising
+    ``DisconnectionError`` from a checkout hook; the executor's own connections are
+    checked the same way in ``Executor.checkout``)."""
+    driver = getattr(dbapi_connection, "driver_connection", None)
+    is_closed = getattr(driver, "is_closed", None)
+    if callable(is_closed) and is_closed():
+        raise DisconnectionError("the server closed the connection while it was idle")
 
 
 def sqlite_setup(settings: SqliteSettings) -> list[str]:
