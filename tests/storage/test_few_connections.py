@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import Any, TypeVar
 
 import asyncpg
 import pytest
@@ -23,6 +24,8 @@ import histstore
 from histstore import DatabaseFailure, Message
 
 pytestmark = pytest.mark.postgres
+
+T = TypeVar("T")
 
 PROCESSES = 8
 TASKS = 6
@@ -170,17 +173,23 @@ async def test_a_refusal_past_the_deadline_is_a_typed_failure(
     assert caught.value.__cause__ is not None
 
 
-async def test_connect_waits_out_a_refusal(cluster: Cluster, app_url: str) -> None:
+async def _while_refused(cluster: Cluster, work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` while the server refuses every session of ``app``; once it has been
+    refused (and is still waiting), let sessions in again. Its result."""
     await _role_limit(cluster, 0)
     try:
         since = _refusals(cluster)
-        opening = asyncio.ensure_future(_open(app_url))
+        running = asyncio.ensure_future(work)
         await _refused_again(cluster, since)
         await asyncio.sleep(0.3)
-        assert not opening.done()
+        assert not running.done()
     finally:
         await _role_limit(cluster, -1)
-    store = await opening
+    return await running
+
+
+async def test_connect_waits_out_a_refusal(cluster: Cluster, app_url: str) -> None:
+    store = await _while_refused(cluster, _open(app_url))
     try:
         await store.write("after-refusal", [Message.user("hi")])
         assert [m.content for m in await store.read("after-refusal")] == ["hi"]
@@ -217,15 +226,9 @@ async def test_calls_go_on_with_the_connections_held_when_the_server_is_full(
             ]
 
 
-async def test_the_command_line_waits_out_a_refusal(cluster: Cluster, app_url: str) -> None:
-    await _role_limit(cluster, 0)
-    try:
-        since = _refusals(cluster)
-        listing = asyncio.ensure_future(run_subprocess("ls", "--url", app_url))
-        await _refused_again(cluster, since)
-        await asyncio.sleep(0.3)
-        assert not listing.done()
-    finally:
-        await _role_limit(cluster, -1)
-    result = await listing
+@pytest.mark.parametrize("command", ["ls", "stats"])
+async def test_the_command_line_waits_out_a_refusal(
+    cluster: Cluster, app_url: str, command: str
+) -> None:
+    result = await _while_refused(cluster, run_subprocess(command, "--url", app_url))
     assert result.code == 0, result.err

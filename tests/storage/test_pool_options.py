@@ -92,22 +92,6 @@ def test_the_url_sets_the_options() -> None:
     assert (found.pool_size, found.max_overflow, found.refused_wait) == (3, 0, 2.5)
 
 
-@pytest.mark.parametrize(
-    ("query", "named"),
-    [
-        ("pool_size=0", "pool_size"),
-        ("pool_size=two", "pool_size"),
-        ("max_overflow=-1", "max_overflow"),
-        ("refused_wait=soon", "refused_wait"),
-        ("refused_wait=nan", "refused_wait"),
-        ("pool_size=1&pool_size=2", "pool_size"),
-    ],
-)
-def test_bad_url_options_are_value_errors_naming_them(query: str, named: str) -> None:
-    with pytest.raises(ValueError, match=named):
-        histstore.connect(f"{PG}?{query}")
-
-
 async def test_url_options_size_the_pool(pg_url: str) -> None:
     """The URL's options reach the pool (and not the driver); connect()'s arguments win."""
     sep = "&" if "?" in pg_url else "?"
