@@ -30,6 +30,8 @@ from ._storage.engine import (
     resolve_target,
 )
 from ._storage.pg_url import display
+from ._storage.pool_options import PoolOptions, capacity, checked, pool_options
+from ._storage.refusals import Backoff, connection
 from ._storage.statements.dialects import can_create_tables, mode_options
 from ._storage.statements.kinds import is_sqlite
 from ._store import Store, StoreSettings
@@ -81,6 +83,9 @@ def connect(
     schema: str | None = None,
     read_only: bool = False,
     pooler: Pooler | None = None,
+    pool_size: int | None = None,
+    max_overflow: int | None = None,
+    refused_wait: float | None = None,
 ) -> _Connecting:
     """Open a store. Await the result, or use it as an async context manager.
 
@@ -123,6 +128,20 @@ def connect(
             statement is parsed on every execution). ``None`` (default): a direct
             connection or a session-mode pooler. Not with an ``AsyncEngine``, which
             must be made for the pooler by its owner.
+        pool_size: connections the store keeps open while idle. ``None``: the URL's
+            ``?pool_size=``, else 2 on PostgreSQL (sized for a server shared by
+            several processes: docs/deploying-postgres.md) and 20 on an SQLite file.
+            Not for an in-memory database (one connection) or an ``AsyncEngine``.
+        max_overflow: connections opened beyond ``pool_size`` under load, each closed
+            when its call ends; the store never holds more than ``pool_size +
+            max_overflow``. ``None``: the URL's ``?max_overflow=``, else 3 on
+            PostgreSQL and 20 on an SQLite file. Not in memory or with an engine.
+        refused_wait: seconds a connection the server refuses for now (SQLSTATE
+            53300 too many connections, 57P03 starting up or shutting down) is waited
+            for, retried after jittered pauses of at most 0.5 s, before the call (or
+            ``connect()`` itself) fails with a transient ``DatabaseFailure`` whose
+            ``__cause__`` is the driver's error. ``None``: the URL's
+            ``?refused_wait=``, else 30. ``0`` fails at the first refusal.
 
     Raises:
         ValueError: the target or an option is not valid.
@@ -150,6 +169,7 @@ def connect(
             " digits, _ or $, at most 63 characters"
         )
     resolved = resolve_target(target)
+    pool = _pool_options(resolved, checked(pool_size, max_overflow, refused_wait))
     if pooler not in POOLERS:
         raise ValueError("pooler must be None or 'transaction'")
     if pooler is not None:
@@ -169,8 +189,29 @@ def connect(
         "schema": schema,
         "read_only": bool(read_only),
         "pooler": pooler,
+        "pool": pool,
     }
     return _Connecting(resolved, migrate, options)
+
+
+def _pool_options(resolved: URL | AsyncEngine, given: PoolOptions) -> PoolOptions:
+    """``connect()``'s pool options over the URL's (``_storage.pool_options``).
+
+    Raises:
+        ValueError: a pool size for an engine connect() does not make, or for an
+            in-memory database (one connection, always).
+    """
+    sized = given.pool_size is not None or given.max_overflow is not None
+    if isinstance(resolved, AsyncEngine):
+        if sized:
+            raise ValueError(
+                "pool_size= and max_overflow= size the engine connect() makes from a URL;"
+                " an AsyncEngine's pool is its owner's"
+            )
+        return given
+    if sized and is_memory_url(resolved):
+        raise ValueError("an in-memory database has one connection: no pool_size= or max_overflow=")
+    return given.over(pool_options(resolved))
 
 
 async def _open(
@@ -185,6 +226,7 @@ async def _open(
     schema: str | None,
     read_only: bool,
     pooler: Pooler | None,
+    pool: PoolOptions,
 ) -> Store:
     resolved = resolve_target(target)
     owns = not isinstance(resolved, AsyncEngine)
@@ -198,9 +240,12 @@ async def _open(
     engine = (
         resolved
         if isinstance(resolved, AsyncEngine)
-        else make_engine(resolved, busy_timeout=busy_timeout, read_only=read_only, pooler=pooler)
+        else make_engine(
+            resolved, busy_timeout=busy_timeout, read_only=read_only, pooler=pooler, sizes=pool
+        )
     )
     sqlite = is_sqlite(engine.dialect)
+    in_memory = is_memory_url(engine.url)
     settings = StoreSettings(
         count_tokens=count_tokens,
         max_message_bytes=max_message_bytes,
@@ -214,6 +259,8 @@ async def _open(
         schema=schema,
         read_only=read_only,
         pooled=pooler is not None,
+        refused_wait=pool.wait,
+        capacity=capacity(pool, sqlite=sqlite) if owns and not in_memory else None,
     )
     try:
         for_dialect(engine.dialect, schema)  # ValueError: a driver or option it cannot run
@@ -239,18 +286,18 @@ async def _prepare_schema(
     upgrade = not settings.read_only and (
         migrate is True or (migrate is None and settings.sqlite is not None)
     )
+    backoff = Backoff(settings.refused_wait)
     with translate_errors("opening the database"):
         if settings.sqlite is not None and not is_memory_url(engine.url) and not settings.read_only:
             # WAL lets readers go on while one process writes. The mode is kept in
             # the file, so this runs once per open, outside any transaction.
-            async with engine.connect() as conn:
+            async with connection(engine, backoff) as conn:
                 mode = await _journal_mode(conn)
                 if mode != "wal":
                     raise HistStoreError(f"SQLite refused WAL mode (journal_mode={mode})")
         schema = settings.schema
-        async with engine.execution_options(
-            **options, **mode_options(engine.dialect, "snapshot")
-        ).connect() as conn:
+        snapshot = engine.execution_options(**options, **mode_options(engine.dialect, "snapshot"))
+        async with connection(snapshot, backoff) as conn:
             status = await conn.run_sync(_migrations.schema_status, schema)
             can_create = status.up_to_date or await conn.run_sync(can_create_tables, schema)
             await conn.rollback()
@@ -262,7 +309,9 @@ async def _prepare_schema(
         write_options = {**options, **mode_options(engine.dialect, "write")}
         # Rolls back and tries again when it cannot get its locks (lock timeout,
         # deadlock, SQLite busy), then fails saying nothing was changed.
-        await _migrations.upgrade_retrying(engine, write_options, status, schema)
+        await _migrations.upgrade_retrying(
+            engine, write_options, status, schema, refused_wait=settings.refused_wait
+        )
 
 
 async def _journal_mode(conn: AsyncConnection) -> str:

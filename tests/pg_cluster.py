@@ -20,7 +20,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,8 +235,9 @@ def _make_certs(where: Path) -> None:
 
 
 @contextmanager
-def throwaway_cluster(*, tls: bool = False) -> Iterator[Cluster]:
-    """A new cluster, started; stopped and removed afterwards.
+def throwaway_cluster(*, tls: bool = False, settings: Sequence[str] = ()) -> Iterator[Cluster]:
+    """A new cluster, started; stopped and removed afterwards. ``settings``: lines added
+    to its ``postgresql.conf`` (they win over the defaults here).
 
     Local (socket) connections trust everyone; every TCP login needs a password
     (scram-sha-256): ``postgres`` and ``app`` both have ``PASSWORD``. The role
@@ -300,6 +301,7 @@ def throwaway_cluster(*, tls: bool = False) -> Iterator[Cluster]:
                 name.chmod(0o644)
             cluster.certs = certs
             conf += ["ssl = on", "ssl_cert_file = 'server.crt'", "ssl_key_file = 'server.key'"]
+        conf += settings
         with (datadir / "postgresql.conf").open("a") as fh:
             fh.write("\n".join(conf) + "\n")
         cluster.start()

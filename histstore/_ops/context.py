@@ -16,6 +16,7 @@ from .._errors import NotFound
 from .._storage import schema as s
 from .._storage.engine import SqliteSettings
 from .._storage.executor import Executor
+from .._storage.pool_options import DEFAULT_REFUSED_WAIT
 from .._storage.statements.checkpoints import CheckpointStatements
 from .._storage.statements.semantic import SemanticStatements
 from .._storage.statements.store import Statements
@@ -37,11 +38,23 @@ class StoreSettings:
     pooled: bool = False
     """``connect(pooler="transaction")``: the server is reached through a transaction-mode
     pooler (see ``_storage.drivers.for_dialect``)."""
+    refused_wait: float = DEFAULT_REFUSED_WAIT
+    """Seconds a connection the server refuses for now is waited for
+    (``_storage.refusals``)."""
+    capacity: int | None = None
+    """The most connections the store's pool holds (``pool_size + max_overflow``) when
+    ``connect()`` made its engine; ``None`` for a borrowed engine or in memory."""
 
     def executor(self, engine: AsyncEngine) -> Executor:
         """The executor of a store opened on ``engine`` with these settings."""
         return Executor(
-            engine, self.sqlite, self.schema, read_only=self.read_only, pooled=self.pooled
+            engine,
+            self.sqlite,
+            self.schema,
+            read_only=self.read_only,
+            pooled=self.pooled,
+            refused_wait=self.refused_wait,
+            capacity=self.capacity,
         )
 
 

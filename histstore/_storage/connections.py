@@ -11,8 +11,16 @@ from sqlalchemy.pool import PoolProxiedConnection, QueuePool
 from sqlalchemy.util import greenlet_spawn
 
 from .orphans import release_orphaned
+from .pool_options import DEFAULT_REFUSED_WAIT
+from .refusals import Backoff, pool_idle
 
-__all__ = ["ConnectionCache", "release_connections"]
+__all__ = ["MAX_IDLE", "ConnectionCache", "release_connections"]
+
+MAX_IDLE = 0.5
+"""Seconds a connection is kept out of the pool unused. Long enough for a busy store's
+next call to take it; short enough that a burst's connections go back at once (the
+pool closes those beyond its size: on a shared server, a session held idle is one
+another process cannot open)."""
 
 
 class ConnectionCache:
@@ -20,17 +28,28 @@ class ConnectionCache:
 
     Taking a connection from SQLAlchemy's pool and giving it back runs two greenlets and
     costs about as much as a short query, so the executor keeps the connections it used,
-    up to ``limit``, and takes the newest. A store's caches keep at most ``pool_size - 1``
-    together (none for an in-memory database, whose only connection SQLAlchemy-run work
-    needs), so the pool always has connections for the rest of the store. A connection
-    idle for longer than ``max_idle`` seconds goes back to the pool (which then applies
-    pre-ping and recycling); ``close()`` gives every one back.
+    up to ``limit``, and takes the newest. A store's caches keep at most one connection
+    fewer than its pool holds (none for an in-memory database, whose only connection
+    SQLAlchemy-run work needs), so the pool always has connections for the rest of the
+    store. A connection idle for longer than ``max_idle`` seconds goes back to the pool
+    (which then applies pre-ping and recycling, and closes one beyond its size);
+    ``close()`` gives every one back. A connection the server refuses is waited for
+    through ``backoff`` (``_storage.refusals``), which is told of each connection given
+    back or dropped; while the server refuses, none is kept out of the pool.
     """
 
-    def __init__(self, engine: AsyncEngine, *, limit: int, max_idle: float = 10.0) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        limit: int,
+        max_idle: float = MAX_IDLE,
+        backoff: Backoff | None = None,
+    ) -> None:
         self._engine = engine
         self._limit = limit
         self._max_idle = max_idle
+        self._backoff = backoff or Backoff(DEFAULT_REFUSED_WAIT)
         self._idle: list[tuple[float, PoolProxiedConnection]] = []  # oldest first
         self._closed = False
         self._timer: asyncio.TimerHandle | None = None
@@ -38,13 +57,23 @@ class ConnectionCache:
 
     @classmethod
     def for_engine(
-        cls, engine: AsyncEngine, *, limit: int = 16, reserve: int = 0
+        cls,
+        engine: AsyncEngine,
+        *,
+        limit: int = 16,
+        reserve: int = 0,
+        capacity: int | None = None,
+        backoff: Backoff | None = None,
     ) -> ConnectionCache:
         """A cache of at most ``limit`` connections that leaves ``engine``'s pool
-        ``reserve`` connections and one more."""
+        ``reserve`` connections and one more, of ``capacity`` (the most the pool holds,
+        ``pool_size + max_overflow``; ``None``: its ``pool_size``)."""
         pool_ = engine.sync_engine.pool
         size = pool_.size() if isinstance(pool_, QueuePool) else 0
-        return cls(engine, limit=max(0, min(limit, size - 1 - reserve)))
+        if capacity is not None and isinstance(pool_, QueuePool):
+            size = capacity
+        limit = max(0, min(limit, size - 1 - reserve))
+        return cls(engine, limit=limit, backoff=backoff)
 
     @property
     def limit(self) -> int:
@@ -57,7 +86,14 @@ class ConnectionCache:
         return len(self._idle)
 
     async def get(self) -> PoolProxiedConnection:
-        """The newest cached connection still fresh, else one from the pool."""
+        """The newest cached connection still fresh, else one from the pool (waiting
+        out the server's refusals, ``_storage.refusals``)."""
+        return await self._backoff.open(self._take, self._has_idle)
+
+    def _has_idle(self) -> bool:
+        return bool(self._idle) or pool_idle(self._engine)
+
+    async def _take(self) -> PoolProxiedConnection:
         while self._idle:
             since, raw = self._idle.pop()
             if monotonic() - since <= self._max_idle:
@@ -67,12 +103,18 @@ class ConnectionCache:
 
     async def put(self, raw: PoolProxiedConnection) -> None:
         """Keep a healthy connection for the next call, or give it back to the pool."""
-        if self._closed or len(self._idle) >= self._limit:
-            await greenlet_spawn(raw.close)
+        if self._closed or len(self._idle) >= self._limit or self._backoff.refusing:
+            await self.drop(raw)
             return
         self._idle.append((monotonic(), raw))
+        self._backoff.given_back()
         if self._timer is None and self._sweeper is None:
             self._schedule(self._max_idle)
+
+    async def drop(self, raw: PoolProxiedConnection) -> None:
+        """Give ``raw`` back to the pool (closed there if invalidated or beyond its size)."""
+        await greenlet_spawn(raw.close)
+        self._backoff.given_back()
 
     def _schedule(self, delay: float) -> None:
         """Sweep idle connections back to the pool in ``delay`` seconds, even when no
@@ -89,7 +131,7 @@ class ConnectionCache:
             now = monotonic()
             while self._idle and now - self._idle[0][0] > self._max_idle:
                 _since, raw = self._idle.pop(0)
-                await greenlet_spawn(raw.close)
+                await self.drop(raw)
         finally:
             self._sweeper = None
         if self._idle and not self._closed:

@@ -30,12 +30,13 @@ from urllib.parse import quote, unquote
 
 from sqlalchemy import URL, event, make_url, pool
 from sqlalchemy.engine import AdaptedConnection, Connection
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import ArgumentError, DisconnectionError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from .._errors import HistStoreError
 from .pg_driver import never_switch_jit
 from .pg_url import multi_host, normalize, split
+from .pool_options import PoolOptions, pool_arguments
 from .sqlite_files import create_private
 from .statements.kinds import is_sqlite
 
@@ -246,7 +247,12 @@ def install_pooler_hooks(engine: AsyncEngine) -> None:
 
 
 def make_engine(
-    url: URL, *, busy_timeout: float, read_only: bool = False, pooler: str | None = None
+    url: URL,
+    *,
+    busy_timeout: float,
+    read_only: bool = False,
+    pooler: str | None = None,
+    sizes: PoolOptions | None = None,
 ) -> AsyncEngine:
     """Create the engine a store owns for ``url``.
 
@@ -259,21 +265,24 @@ def make_engine(
     transaction-mode pooler (see ``transaction_pooler_args``); then no session-level
     setting is sent at startup either (a pooler refuses or drops them).
 
+    ``sizes``: the pool's size and overflow (``_storage.pool_options``; not in memory).
+
     Raises:
         HistStoreError: the URL's driver is not installed (the message says which extra
             installs it).
     """
     # The store always ends its transactions before giving a connection back, so the
     # pool's extra rollback on return would only cost a round trip. Last-in-first-out
-    # keeps reusing the warmest connections; 20 kept connections serve a busy agent
-    # service without opening and closing connections all the time.
+    # keeps reusing the warmest connections. The pool's size: ``_storage.pool_options``.
     kwargs: dict[str, Any] = {
         "hide_parameters": True,
         "pool_reset_on_return": None,
         "pool_use_lifo": True,
     }
     if not is_memory_url(url):
-        kwargs.update(pool_size=20, max_overflow=20, pool_timeout=busy_timeout)
+        sqlite = url.get_backend_name() == "sqlite"
+        kwargs.update(pool_arguments(sizes or PoolOptions(), sqlite=sqlite))
+        kwargs["pool_timeout"] = busy_timeout
     if url.get_backend_name() == "sqlite":
         kwargs["connect_args"] = {"timeout": busy_timeout, "check_same_thread": False}
         if not read_only and not is_memory_url(url) and not url.query:
@@ -309,7 +318,21 @@ def make_engine(
         raise ValueError(f"cannot open {url.drivername} URL: {exc}") from None
     if pooler == "transaction":
         install_pooler_hooks(engine)
+    if url.get_backend_name() == "postgresql":
+        event.listen(engine.sync_engine.pool, "checkout", _drop_closed)
     return engine
+
+
+def _drop_closed(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+    """Make the pool replace a connection the server closed while it sat idle in the
+    pool (a restart, an idle timeout), before anything is sent on it: the driver has
+    seen it close, so this costs no round trip (SQLAlchemy's documented way: raising
+    ``DisconnectionError`` from a checkout hook; the executor's own connections are
+    checked the same way in ``Executor.checkout``)."""
+    driver = getattr(dbapi_connection, "driver_connection", None)
+    is_closed = getattr(driver, "is_closed", None)
+    if callable(is_closed) and is_closed():
+        raise DisconnectionError("the server closed the connection while it was idle")
 
 
 def sqlite_setup(settings: SqliteSettings) -> list[str]:

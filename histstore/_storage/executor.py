@@ -29,7 +29,9 @@ from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_di
 from .engine import SETTINGS_OPTION, SqliteSettings, is_memory_url
 from .group_commit import GroupCommit
 from .lending import READ_SLOTS, LentConnection, WriteTurn
+from .pool_options import DEFAULT_REFUSED_WAIT
 from .read_groups import ReadGroups
+from .refusals import Backoff, connection
 from .search_index import BackgroundIndexer, PendingIndex, VectorIndex
 from .statements import dialects as _dialects
 from .transaction import Transaction
@@ -56,6 +58,8 @@ class Executor:
         *,
         read_only: bool = False,
         pooled: bool = False,
+        refused_wait: float = DEFAULT_REFUSED_WAIT,
+        capacity: int | None = None,
     ) -> None:
         self.dialect = engine.dialect
         self.read_only = read_only
@@ -72,9 +76,23 @@ class Executor:
         self._sqlite = sqlite
         # PostgreSQL: single-statement writes (appends, indexing runs) keep ``IN_FLIGHT``
         # connections of their own (each server session plans statements for itself).
+        # ``capacity``: the most connections the pool holds, when connect() made it.
+        # Every connection is opened through one ``Backoff`` (``_storage.refusals``).
         writes = IN_FLIGHT if sqlite is None else 0
-        self._statement_writes = ConnectionCache.for_engine(engine, limit=writes, reserve=1)
-        self._cache = ConnectionCache.for_engine(engine, reserve=self._statement_writes.limit)
+        self._backoff = Backoff(refused_wait)
+        self._statement_writes = ConnectionCache.for_engine(
+            engine,
+            limit=writes,
+            reserve=1,
+            capacity=capacity,
+            backoff=self._backoff,
+        )
+        self._cache = ConnectionCache.for_engine(
+            engine,
+            reserve=self._statement_writes.limit,
+            capacity=capacity,
+            backoff=self._backoff,
+        )
         self._closed = False
         given: dict[str, Any] = {} if sqlite is None else {SETTINGS_OPTION: sqlite}
         modes = {m: _dialects.mode_options(self.dialect, m) for m in ("read", "snapshot", "write")}
@@ -216,6 +234,10 @@ class Executor:
     def _connection(self, cache: ConnectionCache | None = None) -> LentConnection:
         """A driver connection from ``cache`` (else the main one), lent (``_storage.lending``)."""
         return LentConnection(self, self._cache if cache is None else cache)
+
+    def _core(self, engine: AsyncEngine) -> AbstractAsyncContextManager[AsyncConnection]:
+        """A SQLAlchemy connection of ``engine`` for Core work, waiting out refusals."""
+        return connection(engine, self._backoff)
 
     def _writing(self, action: str, conversation: str | None) -> WriteTurn:
         """This store's SQLite write turn, held for an ``async with`` (nothing on
@@ -412,7 +434,7 @@ class Executor:
 
         async def transaction() -> T:
             try:
-                async with engine.begin() as conn:
+                async with self._core(engine) as conn, conn.begin():
                     return await work(conn)
             except HistStoreError:
                 raise
@@ -434,7 +456,7 @@ class Executor:
         if mode == "write":
             self.refuse_writes(action, None)
         try:
-            async with self._engines[mode].connect() as conn, conn.begin():
+            async with self._core(self._engines[mode]) as conn, conn.begin():
                 yield conn
             if mode == "write":
                 self.listed()

@@ -107,7 +107,7 @@ class LentConnection:
             if healthy:
                 await self._cache.put(raw)
             else:
-                await greenlet_spawn(raw.close)
+                await self._cache.drop(raw)
 
 
 class WriteTurn:

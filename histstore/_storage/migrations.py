@@ -29,6 +29,8 @@ from sqlalchemy.schema import CreateSchema
 
 from .._errors import SchemaError
 from .dberrors import DATABASE_ERRORS, DatabaseFailure, reason
+from .pool_options import DEFAULT_REFUSED_WAIT
+from .refusals import Backoff, connection
 from .schema import VERSION_TABLE
 from .statements.dialects import limit_lock_waits, lock_for_migration
 
@@ -337,9 +339,12 @@ async def upgrade_retrying(
     status: SchemaStatus,
     schema: str | None = None,
     how: UpgradeOptions | None = None,
+    refused_wait: float = DEFAULT_REFUSED_WAIT,
 ) -> None:
     """Upgrade in one transaction on ``engine`` (with execution ``options``); when it
-    cannot get its locks, roll back and try again after each of ``RETRY_DELAYS``.
+    cannot get its locks, roll back and try again after each of ``RETRY_DELAYS``. A
+    connection the server refuses is waited for up to ``refused_wait`` seconds
+    (``_storage.refusals``).
 
     ``status`` is where the schema stood when the caller looked (for the message).
 
@@ -351,10 +356,12 @@ async def upgrade_retrying(
     """
     how = how or upgrade_options.get() or UpgradeOptions()
     started = time.monotonic()
+    backoff = Backoff(refused_wait)
     last: BaseException | None = None
     for pause in (*RETRY_DELAYS, None):
         try:
-            async with engine.execution_options(**options).begin() as conn:
+            with_options = engine.execution_options(**options)
+            async with connection(with_options, backoff) as conn, conn.begin():
                 await conn.run_sync(
                     upgrade, schema, lock_timeout=how.lock_timeout, progress=how.progress
                 )

@@ -25,6 +25,9 @@ primary and its standbys), is rewritten by ``multi_host`` into SQLAlchemy's
 ``?host=h1:p1&host=h2:p2`` before the URL is parsed; asyncpg then tries the hosts in
 order, keeping the first that ``target_session_attrs`` accepts.
 
+``pool_size``, ``max_overflow`` and ``refused_wait`` are histstore's own
+(``_storage.pool_options``): checked here, taken out of the URL before the driver.
+
 ``host`` (SQLAlchemy's multi-host and socket-directory form) and
 ``prepared_statement_cache_size`` (SQLAlchemy's asyncpg setting) are SQLAlchemy's own and
 stay in the URL. Anything else is a ``ValueError`` naming it. SQLite URLs are not touched.
@@ -40,6 +43,8 @@ from urllib.parse import urlencode
 
 from sqlalchemy import URL
 
+from .pool_options import URL_PARAMS, pool_options
+
 __all__ = ["SUPPORTED", "display", "multi_host", "normalize", "split"]
 
 SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
@@ -47,7 +52,7 @@ SESSION_ATTRS = ("any", "read-write", "read-only", "primary", "standby", "prefer
 _TLS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword")
 _LIBPQ = (*_TLS, "connect_timeout", "application_name", "options", "target_session_attrs")
 _SQLALCHEMY = ("host", "prepared_statement_cache_size")
-SUPPORTED = (*_LIBPQ, "password", *_SQLALCHEMY)
+SUPPORTED = (*_LIBPQ, "password", *_SQLALCHEMY, *URL_PARAMS)
 """Every query parameter a ``postgresql://`` URL may carry."""
 _SECRET = ("sslpassword",)
 _HIDDEN = "***"
@@ -132,6 +137,7 @@ def normalize(url: URL) -> URL:
     for name in ("connect_timeout", "prepared_statement_cache_size"):
         if name in query:
             _whole_number(name, _one(url, name))
+    pool_options(url)  # checks the pool's parameters
     if "password" in query:
         if url.password is not None:
             raise ValueError(
@@ -180,7 +186,7 @@ def split(url: URL, given: Mapping[str, Any] | None = None) -> tuple[URL, dict[s
         args["target_session_attrs"] = _one(url, "target_session_attrs")
     if "server_settings" in args and "server_settings" in merged:
         merged["server_settings"] = {**args["server_settings"], **merged["server_settings"]}
-    return url.difference_update_query(_LIBPQ), {**args, **merged}
+    return url.difference_update_query((*_LIBPQ, *URL_PARAMS)), {**args, **merged}
 
 
 def display(url: URL) -> str:

@@ -140,6 +140,12 @@ def test_unknown_parameter_is_a_value_error_from_connect(name: str) -> None:
         ("target_session_attrs=master", "target_session_attrs"),
         ("prepared_statement_cache_size=many", "prepared_statement_cache_size"),
         ("sslmode=require&sslmode=disable", "sslmode"),
+        ("pool_size=0", "pool_size"),
+        ("pool_size=two", "pool_size"),
+        ("max_overflow=-1", "max_overflow"),
+        ("refused_wait=soon", "refused_wait"),
+        ("refused_wait=nan", "refused_wait"),
+        ("pool_size=1&pool_size=2", "pool_size"),
     ],
 )
 def test_bad_value_is_a_value_error_naming_the_parameter(query: str, named: str) -> None:
