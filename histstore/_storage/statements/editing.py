@@ -66,6 +66,15 @@ class EditStatements:
         self.entries = compile_(
             select(*entry_cols).where(_msg.c.conversation_id == conv_id).order_by(_msg.c.position)
         )
+        # The entries from position ``start`` on (the newest of a long history).
+        self.entries_from = compile_(
+            select(*entry_cols)
+            .where(
+                _msg.c.conversation_id == conv_id,
+                _msg.c.position >= bindparam("start", type_=BigInteger),
+            )
+            .order_by(_msg.c.position)
+        )
         a = s.asides
         self.asides = compile_(
             select(a.c.aside_id, a.c.after, a.c.home, a.c.value)
@@ -77,6 +86,13 @@ class EditStatements:
             select(t.c.number, t.c.start, t.c.opened_at, t.c.end, t.c.ended_at, t.c.usage)
             .where(t.c.conversation_id == conv_id)
             .order_by(t.c.number)
+        )
+        # The newest turn record: numbers are dense from 1, so it also counts them.
+        self.newest_turn = compile_(
+            select(t.c.number, t.c.start, t.c.opened_at, t.c.end, t.c.ended_at, t.c.usage)
+            .where(t.c.conversation_id == conv_id)
+            .order_by(t.c.number.desc())
+            .limit(1)
         )
         # The newest entry ``author`` made (the authored-entries index serves it).
         newest: list[ColumnElement[bool]] = [
