@@ -60,6 +60,7 @@ __all__ = [
     "metadata_entries",
     "summaries",
     "turns",
+    "vector_marks",
     "vectors",
     "writes",
 ]
@@ -341,8 +342,25 @@ vectors = Table(
     Index(None, "model", "conversation_id", "position"),
 )
 
+# How far ``SemanticIndex.update`` got in a conversation for a model: each message at
+# ``position`` or before had a vector of the model (or no text) when the update looked.
+# Deleting messages lowers it (a trigger on each database, revision d2b7e4a9c1f3), and so
+# does a splice that moves them (``statements.editing``); each lowering changes
+# ``lowered`` (which starts at a random number), and an update raises ``position`` only
+# while ``lowered`` is what it read before it looked.
+vector_marks = Table(
+    "histstore_vector_marks",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("model", ID, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("lowered", BigInteger, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "model"),
+)
+
 # Tables holding rows of a conversation, children first (clear deletes in this order).
 CONVERSATION_TABLES = (
+    vector_marks,
     vectors,
     messages,
     writes,

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Text,
     and_,
     bindparam,
+    case,
     cast,
     delete,
     exists,
@@ -184,7 +185,7 @@ class EditStatements:
         # its message's row goes too (no foreign key refuses the move, f7c2a9d3e8b4).
         # The full-text index follows by itself: FTS5 rows are keyed by rowid, which an
         # UPDATE keeps; Postgres's vectors by entry id, which a move keeps.
-        v = s.vectors
+        v, k = s.vectors, s.vector_marks
         shift = bindparam("shift", type_=big)
         self.move_tail = [
             compile_(
@@ -198,6 +199,16 @@ class EditStatements:
                 .values(position=-1 - _msg.c.position)
             ),
             compile_(delete(v).where(v.c.conversation_id == conv_id, v.c.position >= start)),
+            # The semantic index's marks fall below the first moved position, as a
+            # delete's trigger lowers them (schema.vector_marks).
+            compile_(
+                update(k)
+                .where(k.c.conversation_id == conv_id)
+                .values(
+                    position=case((k.c.position < start, k.c.position), else_=start - 1),
+                    lowered=k.c.lowered + s.ONE,
+                )
+            ),
         ]
         a_ins = _dialects.insert(dialect, a)
         self.put_aside = compile_(
