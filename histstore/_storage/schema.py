@@ -230,6 +230,14 @@ writes = Table(
     Column("revision", BigInteger, nullable=True),
     Column("appended", Integer, nullable=True),
     PrimaryKeyConstraint("conversation_id", "key"),
+    # The change log is read by revision, from where a read starts (f1c3a5e7b9d2).
+    Index(
+        "ix_histstore_writes_revision",
+        "conversation_id",
+        "revision",
+        sqlite_where=text("revision IS NOT NULL"),
+        postgresql_where=text("revision IS NOT NULL"),
+    ),
 )
 
 # Every other change record (SPEC 11): edits, pops, saves, fork targets, imports.

@@ -797,3 +797,44 @@ async def test_semantic_marks_upgrade_and_downgrade(engine: AsyncEngine, empty_u
     ) == [0, 1]
     await alembic(engine, "upgrade", "head")
     await alembic(engine, "check")
+
+
+async def test_writes_by_revision_upgrade_and_downgrade(
+    engine: AsyncEngine, empty_url: str
+) -> None:
+    """Revision f1c3a5e7b9d2 over a stored history: the index of write records by
+    revision covers the records already there, and the change log read from a revision
+    is the end of the whole log; a downgrade drops the index and keeps the records."""
+    await alembic(engine, "upgrade", "d2b7e4a9c1f3")
+    async with histstore.connect(empty_url, migrate=False) as store:
+        for i in range(30):
+            await store.write("c", [{"role": "user", "content": f"m{i}"}])
+        value = await store.edit("c")
+        value.splice(3, 5, [], by="ed")
+        await store.commit(value)
+        await store.write("c", [{"role": "user", "content": "last"}])
+
+    async def indexes() -> set[str]:
+        async with engine.connect() as conn:
+            found = await conn.run_sync(
+                lambda c: c.dialect.get_indexes(c, "histstore_writes")  # type: ignore[attr-defined]
+            )
+        return {i["name"] for i in found}
+
+    assert "ix_histstore_writes_revision" not in await indexes()
+    await alembic(engine, "upgrade", "head")
+    await alembic(engine, "check")
+    assert "ix_histstore_writes_revision" in await indexes()
+    async with histstore.connect(empty_url) as store:
+        whole = await store.changes("c")
+        assert len(whole) == 32
+        assert await store.changes("c", since=29, limit=2) == whole[29:31]
+        assert await store.revert("c", 31, by="undo") == 33
+        assert (await store.read("c"))[-1].content == "m29"
+    await alembic(engine, "downgrade", "d2b7e4a9c1f3")
+    assert "ix_histstore_writes_revision" not in await indexes()
+    (count,) = await first_column(
+        engine, "SELECT count(*) FROM histstore_writes WHERE revision IS NOT NULL"
+    )
+    assert count == 31
+    await alembic(engine, "upgrade", "head")

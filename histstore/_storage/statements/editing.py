@@ -17,7 +17,9 @@ from sqlalchemy import (
     cast,
     delete,
     exists,
+    func,
     literal,
+    or_,
     select,
     update,
 )
@@ -118,6 +120,26 @@ class EditStatements:
             select(w.c.revision, w.c.created_at, w.c.appended)
             .where(w.c.conversation_id == conv_id, w.c.revision > since)
             .order_by(w.c.revision)
+        )
+        # What a read of the records after a revision needs to know of those before:
+        # the halt then, set by the newest record up to ``upto`` that is a write (which
+        # leaves none) or has a halt part. The newest write record up to there, then the
+        # records after it that may hold a halt (the text says so; decoding decides).
+        upto = bindparam("upto", type_=big)
+        self.last_write = compile_(
+            select(func.max(w.c.revision)).where(
+                w.c.conversation_id == conv_id, w.c.revision.is_not(None), w.c.revision <= upto
+            )
+        )
+        self.halt_records = compile_(
+            select(ch.c.revision, ch.c.kind, ch.c.author, ch.c.at, ch.c.record)
+            .where(
+                ch.c.conversation_id == conv_id,
+                ch.c.revision > since,
+                ch.c.revision <= upto,
+                or_(ch.c.kind == "write", ch.c.record.contains('"halt":', autoescape=True)),
+            )
+            .order_by(ch.c.revision.desc())
         )
         self.insert_change = compile_(ch.insert())
         # What a conversation's editable state holds beside its messages (import and
