@@ -23,23 +23,21 @@ from .._core.models import Message, peek_data, stored_message
 from .._editable.change_log import Window, asides_before, rebuild
 from .._editable.changes import Change, first_touched
 from .._editable.conversation import Conversation
-from .._editable.entries import Aside, AsideState, Entry, TurnRecord, check_by
+from .._editable.entries import AsideState, Entry, check_by
 from .._editable.fold import EditableState, eid
 from .._errors import ConflictError, InvalidMessage, NotFound
 from .._storage import rows as _rows
 from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback, Step
-from .change_reads import _same, records_after, stored_entries, window_after
 from .context import Context, not_found
+from .edit_reads import identity, records_after, stored_entries, turn_record, window_after
 
 __all__ = [
     "CommitWrites",
-    "ConversationTail",
     "Editing",
     "commit_writes",
     "load",
     "persist",
     "stored_entries",
-    "tail",
 ]
 
 T = TypeVar("T")
@@ -70,14 +68,14 @@ def load(ctx: Context, conversation: str, *, lock: bool = False) -> Steps[Conver
     if not head:
         return None
     revision, next_entry, next_aside, halted, _length = head[0]
-    time = ctx.sql.created_at or _same
+    time = ctx.sql.created_at or identity
     entries = stored_entries(ctx, (yield FETCH, sql.entries, {"c": conversation}))
     asides: dict[int, AsideState] = {}
     if next_aside > 1:
         got = yield FETCH, sql.asides, {"c": conversation}
         asides = {int(r[0]): AsideState(r[1], r[2], _codec.decode(r[3])) for r in got}
     got = yield FETCH, sql.turns, {"c": conversation}
-    turns = [_turn_record(time, r) for r in got]
+    turns = [turn_record(time, r) for r in got]
     return Conversation.from_store(
         conversation,
         revision=int(revision),
@@ -87,68 +85,6 @@ def load(ctx: Context, conversation: str, *, lock: bool = False) -> Steps[Conver
         turns=turns,
         next_entry_id=int(next_entry),
         next_aside_id=int(next_aside),
-    )
-
-
-def _turn_record(time: Any, r: Sequence[Any]) -> TurnRecord:
-    """A turn record from a ``(number, start, opened_at, end, ended_at, usage)`` row."""
-    return TurnRecord(
-        int(r[0]),
-        int(r[1]),
-        opened_at=time(r[2]),
-        end=r[3],
-        ended_at=None if r[4] is None else time(r[4]),
-        usage=None if r[5] is None else _codec.decode(r[5]),
-    )
-
-
-@dataclass(frozen=True)
-class ConversationTail:
-    """A conversation's newest entries and the facts of its editable state, read in one
-    snapshot without its older entries (``admin.tail``).
-
-    ``entries`` are those from position ``start`` on (``length - start`` of them);
-    ``turns`` counts the turn records, ``newest_turn`` is the last (``None``: none);
-    ``asides`` are all of them, in the order put.
-    """
-
-    revision: int
-    halted: str | None
-    length: int
-    start: int
-    entries: list[Entry]
-    asides: list[Aside]
-    turns: int
-    newest_turn: TurnRecord | None
-
-
-def tail(ctx: Context, conversation: str, last: int | None) -> Steps[ConversationTail | None]:
-    """Program steps: the newest ``last`` entries (all: ``None``) and the facts beside
-    them (``None`` when the conversation is unknown or not visible). Costs O(``last`` +
-    asides), whatever the history's length."""
-    sql = ctx.sql.edit
-    head = yield FETCH, sql.head, ctx.params(conversation)
-    if not head:
-        return None
-    revision, _next_entry, next_aside, halted, length = head[0]
-    start = 0 if last is None else max(int(length) - last, 0)
-    got = yield FETCH, sql.entries_from, {"c": conversation, "start": start}
-    entries = stored_entries(ctx, got)
-    asides: list[Aside] = []
-    if next_aside > 1:
-        got = yield FETCH, sql.asides, {"c": conversation}
-        asides = [Aside(int(r[0]), r[1], _codec.decode(r[3])) for r in got]
-    got = yield FETCH, sql.newest_turn, {"c": conversation}
-    newest = _turn_record(ctx.sql.created_at or _same, got[0]) if got else None
-    return ConversationTail(
-        revision=int(revision),
-        halted=halted,
-        length=int(length),
-        start=start,
-        entries=entries,
-        asides=asides,
-        turns=0 if newest is None else newest.number,
-        newest_turn=newest,
     )
 
 

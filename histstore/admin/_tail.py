@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from .._core.ids import validate_id
 from .._errors import NotFound
-from .._ops.editing import ConversationTail
-from .._ops.editing import tail as _tail
+from .._ops.edit_reads import ConversationTail
+from .._ops.edit_reads import tail as _tail
 from .._store import Store
 
 __all__ = ["ConversationTail", "tail"]
