@@ -1,5 +1,4 @@
-"""Editable history in a store (SPEC 11): a conversation as a value, its commit, its
-change log, and reverting it.
+"""Editable history in a store (SPEC 11): a value, its commit, the log, reverting it.
 
 The programs here are the one way entries are edited in place: ``commit`` and
 ``revert`` both end in ``persist``, which writes what differs between the value's saved
@@ -11,10 +10,10 @@ the same records.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from .._core import codec as _codec
 from .._core import rules as _rules
@@ -27,9 +26,9 @@ from .._editable.entries import AsideState, Entry, check_by
 from .._editable.fold import EditableState, eid
 from .._errors import ConflictError, InvalidMessage, NotFound
 from .._storage import rows as _rows
-from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback, Step
+from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback
 from .context import Context, not_found
-from .edit_reads import identity, records_after, stored_entries, turn_record, window_after
+from .edit_reads import Steps, identity, records_after, stored_entries, turn_record, window_after
 
 __all__ = [
     "CommitWrites",
@@ -39,9 +38,6 @@ __all__ = [
     "persist",
     "stored_entries",
 ]
-
-T = TypeVar("T")
-Steps = Generator[Step, Any, T]
 
 _LARGE = 1000
 """Commits that may write more message rows than this are planned off the event loop."""

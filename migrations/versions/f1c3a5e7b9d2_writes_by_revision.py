@@ -39,4 +39,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.drop_index(INDEX, table_name="histstore_writes")
+    op.drop_index(INDEX, table_name="histstore_writes", if_exists=True)

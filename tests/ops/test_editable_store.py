@@ -568,61 +568,52 @@ async def test_random_histories_fold_to_the_stored_value(store: Store, cid: str)
     """Any mix of writes, pops, commits of edits and reverts: the log folds to the
     stored value, and the reads show it."""
     rnd = random.Random(20261201)
+    kinds = ["write", "write", "pop", "splice", "restore", "aside", "revert"]
     for step in range(60):
-        action = rnd.choice(["write", "write", "pop", "splice", "restore", "aside", "revert"])
-        if action == "write":
-            await store.write(cid, [user(f"s{step}-{k}") for k in range(rnd.randint(1, 3))])
-        elif action == "pop":
-            await store.pop(cid)
-        elif action == "revert":
-            top = (await store.edit(cid)).revision
-            await store.revert(cid, rnd.randint(0, top), by="undo")
-        else:
-            value = await store.edit(cid)
-            n = len(value.entries)
-            a = rnd.randint(0, n)
-            b = rnd.randint(a, n)
-            if action == "splice":
-                value.splice(a, b, [bot(f"x{step}")] * rnd.randint(0, 2), by="ed")
-            elif action == "restore":
-                value.restore(a, b, value.entries[a:b][::-1], by="ed")
-            elif n:
-                value.add_aside(step, after=value.entry_id(rnd.randrange(n)))
-            await store.commit(value)
+        await random_edit(store, cid, rnd, step, kinds, reach=None)
         await folds(store, cid)
 
 
+async def random_edit(
+    store: Store, cid: str, rnd: random.Random, step: int, kinds: list[str], reach: int | None
+) -> None:
+    """One of ``kinds``: a write, pop, splice, restore, aside, halt or resume, turn
+    record, or a revert to one of the last ``reach`` revisions (any: ``None``)."""
+    action = rnd.choice(kinds)
+    if action == "write":
+        await store.write(cid, [user(f"s{step}-{k}") for k in range(rnd.randint(1, 3))])
+    elif action == "pop":
+        await store.pop(cid)
+    elif action == "revert":
+        top = (await store.edit(cid)).revision
+        low = 0 if reach is None else max(top - reach, 0)
+        await store.revert(cid, rnd.randint(low, top), by="undo")
+    else:
+        value = await store.edit(cid)
+        n = len(value.entries)
+        a = rnd.randint(0, n)
+        b = rnd.randint(a, n)
+        if action == "splice":
+            value.splice(a, b, [bot(f"x{step}")] * rnd.randint(0, 2), by="ed")
+        elif action == "restore":
+            value.restore(a, b, value.entries[a:b][::-1], by="ed")
+        elif action == "halt":
+            value.halt(f"h{step}") if value.halted is None else value.resume()
+        elif action == "turn":
+            if value.turns() and value.turns()[-1].end is None:
+                value.end_turn("completed")
+            else:
+                value.open_turn()
+        elif n:
+            value.add_aside(step, after=value.entry_id(rnd.randrange(n)))
+        await store.commit(value)
+
+
 async def random_edits(store: Store, cid: str, rnd: random.Random, steps: int) -> None:
-    """Writes, pops, splices, restores, asides, halts, turn records and reverts."""
+    """``steps`` edits of every kind, reverts to one of the last 4 revisions."""
     kinds = ["write", "write", "pop", "splice", "restore", "aside", "halt", "turn", "revert"]
     for step in range(steps):
-        action = rnd.choice(kinds)
-        if action == "write":
-            await store.write(cid, [user(f"s{step}-{k}") for k in range(rnd.randint(1, 3))])
-        elif action == "pop":
-            await store.pop(cid)
-        elif action == "revert":
-            top = (await store.edit(cid)).revision
-            await store.revert(cid, rnd.randint(max(top - 4, 0), top), by="undo")
-        else:
-            value = await store.edit(cid)
-            n = len(value.entries)
-            a = rnd.randint(0, n)
-            b = rnd.randint(a, n)
-            if action == "splice":
-                value.splice(a, b, [bot(f"x{step}")] * rnd.randint(0, 2), by="ed")
-            elif action == "restore":
-                value.restore(a, b, value.entries[a:b][::-1], by="ed")
-            elif action == "halt":
-                value.halt(f"h{step}") if value.halted is None else value.resume()
-            elif action == "turn":
-                if value.turns() and value.turns()[-1].end is None:
-                    value.end_turn("completed")
-                else:
-                    value.open_turn()
-            elif n:
-                value.add_aside(step, after=value.entry_id(rnd.randrange(n)))
-            await store.commit(value)
+        await random_edit(store, cid, rnd, step, kinds, reach=4)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
