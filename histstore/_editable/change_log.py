@@ -269,16 +269,16 @@ class Window:
     halted: str | None
 
 
-def lowest_touched(length: int, log: Sequence[Logged]) -> tuple[int, int]:
+def lowest_touched(length: int, log: Sequence[Logged]) -> int:
     """The lowest position the records ``log`` (the newest of a conversation now
-    ``length`` long) touched, as their own states placed it, and the length before the
-    first of them. Entries below that position stood as they stand throughout."""
+    ``length`` long) touched, each as its own state placed it: the entries below it
+    stood as they stand throughout."""
     low = n = length
     for rec in reversed(log):
         start = n - rec.added if rec.change.start is None else rec.change.start
         low = min(low, start)
         n = n - rec.added + len(rec.change.removed)
-    return low, n
+    return low
 
 
 def rebuild_after(

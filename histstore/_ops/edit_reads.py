@@ -151,7 +151,7 @@ def window_after(
     ``since``. Costs O(records after ``since`` + entries they touched)."""
     revision, length = int(head[0]), int(head[4])
     log = yield from records_after(ctx, conversation, since, revision)
-    low, _before = lowest_touched(length, log)
+    low = lowest_touched(length, log)
     offset = max(min(low, length) - 1, 0)
     rows = yield FETCH, ctx.sql.edit.entries_from, {"c": conversation, "start": offset}
     suffix = stored_entries(ctx, rows)
