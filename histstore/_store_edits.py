@@ -58,7 +58,10 @@ class EditableCalls:
         (``[]`` for an unknown conversation). Each has its ``revision``, ``kind``,
         ``author``, ``at`` and every part it changed, with the entries it removed and
         added, so that ``Conversation.fold(await store.changes(c))`` equals
-        ``await store.edit(c)``. Reads the conversation's whole log.
+        ``await store.edit(c)``. Reads the records after ``since`` and the entries they
+        touched (the halt then from the newest write or halt record up to it), in one
+        snapshot; without ``since`` and ``limit`` the whole log, checked to build the
+        stored entries.
 
         Raises:
             InvalidMessage: ``since`` or ``limit`` is negative.
@@ -69,7 +72,9 @@ class EditableCalls:
         """Make the entries, asides and halt what they were at ``revision``, as one new
         change by ``by``; return the new revision. Turn records stay. Reverting to the
         current revision (or to one whose state equals it) changes nothing; revision 0
-        is the empty conversation. A revert can itself be reverted.
+        is the empty conversation. A revert can itself be reverted. Reads what
+        ``changes(conversation, since=revision)`` reads, and the asides: undoing the
+        last change costs what it touched, not the history.
 
         Raises:
             NotFound: the conversation is unknown, or never had ``revision`` (negative or

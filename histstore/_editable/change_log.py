@@ -21,10 +21,20 @@ from typing import Any
 from .._core import codec as _codec
 from .._errors import ConflictError, HistStoreError, InvalidMessage
 from .changes import Change
-from .entries import Entry, entry_from_json, entry_text, pending_entry, settle
+from .entries import AsideState, Entry, entry_from_json, entry_text, pending_entry, settle
 from .fold import EditableState
 
-__all__ = ["Logged", "encode", "logged", "rebuild", "written"]
+__all__ = [
+    "Logged",
+    "Window",
+    "asides_before",
+    "encode",
+    "logged",
+    "lowest_touched",
+    "rebuild",
+    "rebuild_after",
+    "written",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,3 +255,93 @@ def _damaged(conversation: str) -> HistStoreError:
     return HistStoreError(
         f"the change log of conversation {conversation!r} does not build its entries"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The records after a revision, whole (``rebuild_after``), the entries from
+    ``offset`` on as they stood at that revision (those before it stood as they stand),
+    and the halt then."""
+
+    changes: list[Change]
+    offset: int
+    entries: list[Entry]
+    halted: str | None
+
+
+def lowest_touched(length: int, log: Sequence[Logged]) -> int:
+    """The lowest position the records ``log`` (the newest of a conversation now
+    ``length`` long) touched, each as its own state placed it: the entries below it
+    stood as they stand throughout."""
+    low = n = length
+    for rec in reversed(log):
+        start = n - rec.added if rec.change.start is None else rec.change.start
+        low = min(low, start)
+        n = n - rec.added + len(rec.change.removed)
+    return low
+
+
+def rebuild_after(
+    conversation: str,
+    suffix: Sequence[Entry],
+    offset: int,
+    log: Sequence[Logged],
+    halted: str | None,
+) -> Window:
+    """The whole records ``log`` (every record after some revision, oldest first) of a
+    conversation whose entries from position ``offset`` on are ``suffix``, when its
+    halt at that revision was ``halted``: what ``rebuild`` gives for them, walking back
+    only over the entries they touched (``offset`` at most ``lowest_touched``).
+
+    A record's parts that applying it makes are those of ``EditableState.apply``: a
+    change that reaches the end clears the halt it met (a write's record does not say).
+
+    Raises:
+        HistStoreError: the records do not fit the entries (a damaged database).
+    """
+    entries = list(suffix)
+    added: list[tuple[Entry, ...]] = [()] * len(log)
+    lengths = [0] * len(log)
+    for i in range(len(log) - 1, -1, -1):
+        rec = log[i]
+        change = rec.change
+        if rec.added or change.removed:
+            start = len(entries) - rec.added if change.start is None else change.start - offset
+            if start < 0 or start + rec.added > len(entries):
+                raise _damaged(conversation)
+            added[i] = tuple(entries[start : start + rec.added])
+            entries[start : start + rec.added] = change.removed
+        lengths[i] = len(entries)
+    out: list[Change] = []
+    before = halted
+    for rec, new, n in zip(log, added, lengths, strict=True):
+        change = rec.change
+        halt = change.halt
+        if change.touches_entries or new:
+            k = len(change.removed)
+            start = n - k if change.start is None else change.start - offset
+            if halt is None and start + k == n and halted is not None:
+                halt = (halted, None)
+        if halt is not None:
+            halted = halt[1]
+        if new or rec.moved or halt != change.halt:
+            change = replace(change, added=new, moved=rec.moved, halt=halt)
+        out.append(change)
+    return Window(out, offset, entries, before)
+
+
+def asides_before(
+    asides: dict[int, AsideState], changes: Sequence[Change]
+) -> dict[int, AsideState]:
+    """The asides as they stood before ``changes`` (whole records, oldest first) made
+    them ``asides``: each record's aside parts undone, then the moves its entries made."""
+    out = dict(asides)
+    for change in reversed(changes):
+        for op in reversed(change.asides):
+            if op.before is None:
+                out.pop(op.aside_id, None)
+            else:
+                out[op.aside_id] = op.before
+        for aside_id, old, _new in reversed(change.moved):
+            out[aside_id] = replace(out[aside_id], after=old)
+    return out

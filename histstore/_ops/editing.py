@@ -1,5 +1,4 @@
-"""Editable history in a store (SPEC 11): a conversation as a value, its commit, its
-change log, and reverting it.
+"""Editable history in a store (SPEC 11): a value, its commit, the log, reverting it.
 
 The programs here are the one way entries are edited in place: ``commit`` and
 ``revert`` both end in ``persist``, which writes what differs between the value's saved
@@ -11,29 +10,34 @@ the same records.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.ids import validate_id
 from .._core.models import Message, peek_data, stored_message
-from .._editable.change_log import Logged, logged, rebuild, written
+from .._editable.change_log import Window, asides_before, rebuild
 from .._editable.changes import Change, first_touched
 from .._editable.conversation import Conversation
-from .._editable.entries import PENDING, AsideState, Entry, TurnRecord, check_by
+from .._editable.entries import AsideState, Entry, check_by
 from .._editable.fold import EditableState, eid
-from .._errors import ConflictError, HistStoreError, InvalidMessage, NotFound
+from .._errors import ConflictError, InvalidMessage, NotFound
 from .._storage import rows as _rows
-from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback, Step, drained
+from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback
 from .context import Context, not_found
+from .edit_reads import Steps, identity, records_after, stored_entries, turn_record, window_after
 
-__all__ = ["CommitWrites", "Editing", "commit_writes", "load", "persist", "stored_entries"]
-
-T = TypeVar("T")
-Steps = Generator[Step, Any, T]
+__all__ = [
+    "CommitWrites",
+    "Editing",
+    "commit_writes",
+    "load",
+    "persist",
+    "stored_entries",
+]
 
 _LARGE = 1000
 """Commits that may write more message rows than this are planned off the event loop."""
@@ -60,24 +64,14 @@ def load(ctx: Context, conversation: str, *, lock: bool = False) -> Steps[Conver
     if not head:
         return None
     revision, next_entry, next_aside, halted, _length = head[0]
-    time = ctx.sql.created_at or _same
+    time = ctx.sql.created_at or identity
     entries = stored_entries(ctx, (yield FETCH, sql.entries, {"c": conversation}))
     asides: dict[int, AsideState] = {}
     if next_aside > 1:
         got = yield FETCH, sql.asides, {"c": conversation}
         asides = {int(r[0]): AsideState(r[1], r[2], _codec.decode(r[3])) for r in got}
     got = yield FETCH, sql.turns, {"c": conversation}
-    turns = [
-        TurnRecord(
-            int(r[0]),
-            int(r[1]),
-            opened_at=time(r[2]),
-            end=r[3],
-            ended_at=None if r[4] is None else time(r[4]),
-            usage=None if r[5] is None else _codec.decode(r[5]),
-        )
-        for r in got
-    ]
+    turns = [turn_record(time, r) for r in got]
     return Conversation.from_store(
         conversation,
         revision=int(revision),
@@ -90,43 +84,13 @@ def load(ctx: Context, conversation: str, *, lock: bool = False) -> Steps[Conver
     )
 
 
-def stored_entries(ctx: Context, rows: Iterable[Sequence[Any]]) -> list[Entry]:
-    """Entries from ``(data, position, created_at, entry_id, author)`` rows as the driver
-    reads them."""
-    time = ctx.sql.created_at or _same
-    return [
-        Entry.from_store(stored_message(r[0], None, None), int(r[3]), r[4], time(r[2]))
-        for r in rows
-    ]
-
-
 def log(
-    ctx: Context,
-    conversation: str,
-    entries: Sequence[Entry],
-    revision: int,
-    upto: int | None = None,
+    ctx: Context, conversation: str, entries: Sequence[Entry], revision: int
 ) -> Steps[list[Change]]:
     """Program steps: the whole change records of a conversation at ``revision`` whose
-    entries are ``entries`` (see ``_editable.change_log.rebuild``); with ``upto``, only
-    the records up to that revision are whole (what a revert to it needs)."""
-    sql = ctx.sql.edit
-    params = {"c": conversation, "since": 0}
-    time = ctx.sql.created_at or _same
-    pending: dict[int, Any] | None = None if upto is None else {}
-    records: dict[int, Logged] = {}
-    for r in (yield FETCH, sql.log_writes, params):
-        records[int(r[0])] = written(int(r[0]), time(r[1]), int(r[2] or 0))
-    for r in drained((yield FETCH, sql.log_changes, params)):
-        number = int(r[0])
-        # A revert never reads the messages a record up to its target removed (see
-        # ``rebuild``): they are decoded into a dict dropped with the record.
-        keep = {} if upto is not None and number <= upto else pending
-        records[number] = logged(number, r[1], r[2], time(r[3]), r[4], keep)
-    if sorted(records) != list(range(1, revision + 1)):
-        raise HistStoreError(f"the change log of conversation {conversation!r} has gaps")
-    ordered = [records[i] for i in range(1, revision + 1)]
-    return rebuild(conversation, entries, ordered, pending=pending, upto=upto)
+    entries are ``entries``, checked to build them (``_editable.change_log.rebuild``)."""
+    ordered = yield from records_after(ctx, conversation, 0, revision)
+    return rebuild(conversation, entries, ordered)
 
 
 def _entry_row(
@@ -366,12 +330,19 @@ class Editing:
         ctx = self._ctx
 
         def program() -> Program[list[Change]]:
-            value = yield from load(ctx, conversation)
-            if value is None or value.revision <= since:
+            if since == 0 and top is None:
+                # The whole log: rebuilt from every entry, and checked to build them.
+                value = yield from load(ctx, conversation)
+                if value is None or value.revision == 0:
+                    return []
+                entries = value.edit_state.entries
+                return (yield from log(ctx, conversation, entries, value.revision))
+            head = yield FETCH, ctx.sql.edit.head, ctx.params(conversation)
+            if not head or int(head[0][0]) <= since:
                 return []
-            records = yield from log(ctx, conversation, value.edit_state.entries, value.revision)
-            end = None if top is None else since + top
-            return records[since:end]
+            found, _now = yield from window_after(ctx, conversation, head[0], since)
+            records: list[Change] = found.changes
+            return records if top is None else records[:top]
 
         return await ctx.executor.snapshot(
             program(), action="read changes of", conversation=conversation
@@ -387,26 +358,56 @@ class Editing:
         ctx = self._ctx
 
         def program() -> Program[int]:
-            value = yield from load(ctx, conversation, lock=True)
-            if value is None:
+            head = yield FETCH, ctx.sql.edit.lock, ctx.params(conversation)
+            if not head:
                 raise not_found(conversation)
-            current = value.revision
+            current, next_entry, next_aside, halted, _length = head[0]
+            current = int(current)
             if revision > current:
                 raise not_revision(conversation, revision)
             if revision == current:
                 return Rollback(current)
-            entries = value.edit_state.entries
-            records = yield from log(ctx, conversation, entries, current, upto=revision)
-            target = Conversation.fold(records[:revision])
-            if any(e.message is PENDING for e in target.edit_state.entries):
-                raise HistStoreError(f"conversation {conversation!r}: revert lost a message")
+            found: Window
+            found, now_entries = yield from window_after(ctx, conversation, head[0], revision)
+            got = yield FETCH, ctx.sql.edit.asides, {"c": conversation}
+            asides = {int(r[0]): AsideState(r[1], r[2], _codec.decode(r[3])) for r in got}
+            offset = found.offset
+            value = Conversation.from_store(
+                conversation,
+                revision=current,
+                entries=now_entries,
+                asides=asides,
+                halted=halted,
+                turns=[],
+                next_entry_id=int(next_entry),
+                next_aside_id=int(next_aside),
+            )
+            target = Conversation.from_store(
+                conversation,
+                revision=revision,
+                entries=found.entries,
+                asides=asides_before(asides, found.changes),
+                halted=found.halted,
+                turns=[],
+                next_entry_id=int(next_entry),
+                next_aside_id=int(next_aside),
+            )
             if not value.revert_to(target, by=by):
                 return Rollback(current)
             now = _rows.now()
             stamped = [c.stamped(current + 1, now) for c in value.unsaved]
             before, after = value.saved_state, value.edit_state
             work = commit_writes(ctx, conversation, before, after, stamped, now)
-            return (yield from persist(ctx, conversation, work, stamped, now))
+            # The value holds the entries from ``offset`` on: its positions move by it.
+            work = replace(
+                work,
+                row={**work.row, "length": work.row["length"] + offset},
+                start=work.start + offset,
+                stop=work.stop + offset,
+                tail=work.tail + offset,
+            )
+            placed = [c if c.start is None else replace(c, start=c.start + offset) for c in stamped]
+            return (yield from persist(ctx, conversation, work, placed, now))
 
         return await ctx.executor.write(program(), action="revert", conversation=conversation)
 
@@ -444,7 +445,3 @@ def _count(value: object, name: str) -> int:
 
 def not_revision(conversation: str, revision: int) -> NotFound:
     return NotFound(f"conversation {conversation!r} has no revision {revision}")
-
-
-def _same(value: Any) -> Any:
-    return value

@@ -15,6 +15,7 @@ import asyncio
 import heapq
 import math
 import operator
+import secrets
 import sys
 from array import array
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -118,6 +119,12 @@ class SemanticIndex:
         its message holds the text it was made from, and not when another update stored
         it first. What ``embed`` raises propagates.
 
+        With ``conversation``, the index remembers how far it got (a mark per
+        conversation and model, committed with each batch; deleting or moving messages
+        lowers it), so an update reads only the messages after it: its cost follows the
+        messages written (or edited) since the last update, not the history. Without,
+        every visible message is looked at.
+
         Raises:
             InvalidId: a malformed ``conversation``.
             TypeError, ValueError: ``batch`` is not a positive int.
@@ -127,37 +134,78 @@ class SemanticIndex:
             validate_id(conversation)
         size = _rules.positive(batch, "batch")
         await self._check_index()
+        if conversation is not None:
+            return await self._update_one(conversation, size)
         ctx, sql = self._ctx, self._sql
-        if conversation is None:
-            page, params = sql.pending_all, {"after_c": "", "after": -1}
-        else:
-            page, params = sql.pending_one, {"c": conversation, "after": -1}
-        params |= {"model": self._model, "owner": ctx.owner, "limit": size}
+        params = {"after_c": "", "after": -1, "model": self._model, "owner": ctx.owner}
+        params["limit"] = size
         stored = 0
         while True:
-            rows = await ctx.executor.fetch(
-                page, params, action="semantic update", conversation=conversation
-            )
+            rows = await ctx.executor.fetch(sql.pending_all, params, action="semantic update")
             if not rows:
                 return stored
             texts = [str(r[2]) for r in rows]
             blobs = [_bytes(v) for v in await self._vectors(texts)]
-            stored += await ctx.executor.write(
-                self._store(rows, blobs), action="semantic update", conversation=conversation
-            )
+            stored += await ctx.executor.write(self._store(rows, blobs), action="semantic update")
             params |= {"after_c": rows[-1][0], "after": rows[-1][1]}
             if len(rows) < size:
                 return stored
 
-    def _store(self, rows: Sequence[Any], blobs: list[bytes]) -> Program[int]:
-        sql = self._sql
-        found = yield FETCH, sql.width, {"model": self._model}
-        if found and int(found[0][0]) != len(blobs[0]):
-            raise _dimensions(self._model, int(found[0][0]) // 4, len(blobs[0]) // 4)
+    async def _update_one(self, conversation: str, size: int) -> int:
+        """``update(conversation)``: from the conversation's mark for the model on.
+
+        Each batch's vectors and the raised mark are committed together; the mark is
+        raised only while no delete or move lowered it since it was read (then the next
+        batch starts from the lowered mark), so a crash or a concurrent edit leaves it at
+        or below the first message without its vector.
+        """
+        ctx, sql, model = self._ctx, self._sql, self._model
+        ask = {"c": conversation, "model": model, "owner": ctx.owner}
+        action = "semantic update"
         stored = 0
+        while True:
+            head = await ctx.executor.fetch(sql.mark, ask, action=action, conversation=conversation)
+            if not head:
+                return stored  # unknown, or not visible
+            length, mark, seen = head[0]
+            if mark is None:
+                start = {**ask, "token": secrets.randbits(62)}
+                await ctx.executor.write(
+                    _run(sql.start_mark, start), action=action, conversation=conversation
+                )
+                continue
+            page = {**ask, "after": mark, "limit": size}
+            rows = await ctx.executor.fetch(
+                sql.pending_one, page, action=action, conversation=conversation
+            )
+            # Past a full batch more may wait; else everything up to the length read
+            # before looking was looked at (and what was written since, up to the last).
+            last = int(rows[-1][1]) if rows else -1
+            reached = last if len(rows) == size else max(int(length) - 1, last)
+            if not rows and reached <= mark:
+                return stored
+            blobs = [_bytes(v) for v in await self._vectors([str(r[2]) for r in rows])]
+            raise_to = {"c": conversation, "model": model, "seen": seen, "to": reached}
+            stored += await ctx.executor.write(
+                self._store(rows, blobs, raise_to), action=action, conversation=conversation
+            )
+            if len(rows) < size:
+                return stored
+
+    def _store(
+        self, rows: Sequence[Any], blobs: list[bytes], raise_to: dict[str, Any] | None = None
+    ) -> Program[int]:
+        sql = self._sql
+        stored = 0
+        if rows:
+            found = yield FETCH, sql.width, {"model": self._model}
+            if found and int(found[0][0]) != len(blobs[0]):
+                raise _dimensions(self._model, int(found[0][0]) // 4, len(blobs[0]) // 4)
         for (c, p, text_), blob in zip(rows, blobs, strict=True):
             params = {"c": c, "p": p, "text": text_, "model": self._model, "vector": blob}
             stored += len((yield FETCH, sql.insert, {**params, "owner": self._ctx.owner}))
+        if raise_to is not None:
+            yield FETCH, sql.advance, raise_to
         return stored
 
     async def search(self, query: str, *, conversation: str | None = None, k: int = 5) -> list[Hit]:
@@ -215,6 +263,7 @@ class SemanticIndex:
 
         def program() -> Program[None]:
             yield EXECUTE, self._sql.delete, params
+            yield EXECUTE, self._sql.unmark, params
             return None
 
         await self._ctx.executor.write(
@@ -245,6 +294,11 @@ class SemanticIndex:
             work, mode="read", action="semantic index"
         )
         self._checked = True
+
+
+def _run(statement: Any, params: dict[str, Any]) -> Program[None]:
+    yield EXECUTE, statement, params
+    return None
 
 
 def _unit(values: object) -> array[float]:

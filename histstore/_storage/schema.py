@@ -60,6 +60,7 @@ __all__ = [
     "metadata_entries",
     "summaries",
     "turns",
+    "vector_marks",
     "vectors",
     "writes",
 ]
@@ -229,6 +230,14 @@ writes = Table(
     Column("revision", BigInteger, nullable=True),
     Column("appended", Integer, nullable=True),
     PrimaryKeyConstraint("conversation_id", "key"),
+    # The change log is read by revision, from where a read starts (f1c3a5e7b9d2).
+    Index(
+        "ix_histstore_writes_revision",
+        "conversation_id",
+        "revision",
+        sqlite_where=text("revision IS NOT NULL"),
+        postgresql_where=text("revision IS NOT NULL"),
+    ),
 )
 
 # Every other change record (SPEC 11): edits, pops, saves, fork targets, imports.
@@ -341,8 +350,25 @@ vectors = Table(
     Index(None, "model", "conversation_id", "position"),
 )
 
+# How far ``SemanticIndex.update`` got in a conversation for a model: each message at
+# ``position`` or before had a vector of the model (or no text) when the update looked.
+# Deleting messages lowers it (a trigger on each database, revision d2b7e4a9c1f3), and so
+# does a splice that moves them (``statements.editing``); each lowering changes
+# ``lowered`` (which starts at a random number), and an update raises ``position`` only
+# while ``lowered`` is what it read before it looked.
+vector_marks = Table(
+    "histstore_vector_marks",
+    metadata,
+    Column("conversation_id", ID, nullable=False),
+    Column("model", ID, nullable=False),
+    Column("position", BigInteger, nullable=False),
+    Column("lowered", BigInteger, nullable=False),
+    PrimaryKeyConstraint("conversation_id", "model"),
+)
+
 # Tables holding rows of a conversation, children first (clear deletes in this order).
 CONVERSATION_TABLES = (
+    vector_marks,
     vectors,
     messages,
     writes,
@@ -368,83 +394,11 @@ leases = Table(
     PrimaryKeyConstraint("id"),
 )
 
-# LangGraph checkpoints (``histstore.checkpoints``, used by
-# ``histstore.integrations.langgraph``). Threads are their own namespace, apart from
-# conversations; every key starts with the thread id. ``checkpoint_ns`` is "" for the
-# root graph and a path such as "node:<task id>" for a subgraph.
-checkpoint_threads = Table(
-    "histstore_checkpoint_threads",
-    metadata,
-    Column("thread_id", ID, nullable=False),
-    Column("owner", ID, nullable=True),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
-    PrimaryKeyConstraint("thread_id"),
-)
-
-checkpoints = Table(
-    "histstore_checkpoints",
-    metadata,
-    Column("thread_id", ID, nullable=False),
-    Column("checkpoint_ns", Text, nullable=False),
-    # LangGraph's ids sort in creation order; the newest is the last in the key.
-    Column("checkpoint_id", ID, nullable=False),
-    Column("parent_checkpoint_id", ID, nullable=True),
-    Column("run_id", Text, nullable=True),
-    # The serialized checkpoint (the serializer's type tag and bytes), without the
-    # channel values kept in ``checkpoint_blobs``.
-    Column("type", Text, nullable=False),
-    Column("checkpoint", LargeBinary, nullable=False),
-    Column("metadata", Text, nullable=False),  # JSON object
-    Column("created_at", UTCDateTime, nullable=False),
-    PrimaryKeyConstraint("thread_id", "checkpoint_ns", "checkpoint_id"),
-    Index(None, "run_id"),
-)
-
-# A channel's value at one version, shared by every checkpoint of the thread that holds
-# that version (a value is stored when it changes, not with every checkpoint). A value
-# that extends the channel's value at another version of the thread (a list with items
-# appended) names that version in ``base`` and holds only the items it adds (a list
-# serialized the same way), so a thread's storage grows with its messages, not with
-# messages x checkpoints.
-checkpoint_blobs = Table(
-    "histstore_checkpoint_blobs",
-    metadata,
-    Column("thread_id", ID, nullable=False),
-    Column("checkpoint_ns", Text, nullable=False),
-    Column("channel", Text, nullable=False),
-    Column("version", Text, nullable=False),
-    Column("type", Text, nullable=False),
-    Column("blob", LargeBinary, nullable=True),
-    Column("base", Text, nullable=True),
-    PrimaryKeyConstraint("thread_id", "checkpoint_ns", "channel", "version"),
-)
-
-# Which version of each channel a checkpoint reads from ``checkpoint_blobs``, so that
-# one statement finds a checkpoint's values by primary key.
-checkpoint_channels = Table(
-    "histstore_checkpoint_channels",
-    metadata,
-    Column("thread_id", ID, nullable=False),
-    Column("checkpoint_ns", Text, nullable=False),
-    Column("checkpoint_id", ID, nullable=False),
-    Column("channel", Text, nullable=False),
-    Column("version", Text, nullable=False),
-    PrimaryKeyConstraint("thread_id", "checkpoint_ns", "checkpoint_id", "channel"),
-)
-
-# Pending writes: what each task of a step wrote, kept with the checkpoint it follows.
-checkpoint_writes = Table(
-    "histstore_checkpoint_writes",
-    metadata,
-    Column("thread_id", ID, nullable=False),
-    Column("checkpoint_ns", Text, nullable=False),
-    Column("checkpoint_id", ID, nullable=False),
-    Column("task_id", Text, nullable=False),
-    Column("idx", Integer, nullable=False),
-    Column("task_path", Text, nullable=False),
-    Column("channel", Text, nullable=False),
-    Column("type", Text, nullable=False),
-    Column("blob", LargeBinary, nullable=False),
-    PrimaryKeyConstraint("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"),
+# LangGraph's checkpoint tables are in ``checkpoint_tables``, in this metadata.
+from .checkpoint_tables import (  # noqa: E402 - they are made in the metadata above
+    checkpoint_blobs,
+    checkpoint_channels,
+    checkpoint_threads,
+    checkpoint_writes,
+    checkpoints,
 )

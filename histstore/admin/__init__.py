@@ -47,10 +47,13 @@ from ._queries import count_conversations as count_conversations
 from ._queries import describe as describe
 from ._queries import list_conversations as list_conversations
 from ._queries import stats as stats
+from ._tail import ConversationTail as ConversationTail
+from ._tail import tail as tail
 
 __all__ = [
     "BackupResult",
     "ConversationInfo",
+    "ConversationTail",
     "DatabaseLocation",
     "FormatError",
     "MigrationStatus",
@@ -71,5 +74,6 @@ __all__ = [
     "purge_candidates",
     "reindex",
     "stats",
+    "tail",
     "upgrade_sql",
 ]

@@ -1,11 +1,11 @@
 """``show``, ``log`` and ``revert``: a conversation, its change records, and going back.
 
-``show`` prints the conversation as ``store.edit`` gives it (one snapshot): its details,
-then its entries with positions, times and roles, an entry an editor made marked
-``(by AUTHOR)``, and each aside drawn after the entry it follows. ``show --json`` prints
-the messages as JSON Lines, read page by page. ``log`` lists ``store.changes`` (never
-a message's content: counts, positions and entry ids), ``revert`` runs
-``store.revert``.
+``show`` prints the conversation as ``admin.tail`` reads it (one snapshot, only the
+entries it prints): its details, then its entries with positions, times and roles, an
+entry an editor made marked ``(by AUTHOR)``, and each aside drawn after the entry it
+follows. ``show --json`` prints the messages as JSON Lines, read page by page. ``log``
+lists ``store.changes`` (never a message's content: counts, positions and entry ids),
+``revert`` runs ``store.revert``.
 """
 
 from __future__ import annotations
@@ -67,26 +67,24 @@ async def show_conversation(
                 }
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
         return
-    value = await store.edit(cid)
+    view = await admin.tail(store, cid, last=last)
     metadata = await store.metadata(cid) if info.metadata_keys else {}
     summaries = await store.summaries(cid) if info.summaries else []
     style = Style(out)
-    entries = value.entries
     facts = [
         ("conversation", style.bold(cid)),
         ("user", info.user or "-"),
         ("created", when(info.created_at) + " UTC"),
         ("updated", when(info.updated_at) + " UTC"),
-        ("messages", f"{len(entries):,}"),
-        ("revision", f"{value.revision:,}"),
+        ("messages", f"{view.length:,}"),
+        ("revision", f"{view.revision:,}"),
     ]
-    if value.halted is not None:
-        facts.append(("halted", value.halted))
-    turns = value.turns()
-    if turns:
-        newest = turns[-1]
+    if view.halted is not None:
+        facts.append(("halted", view.halted))
+    newest = view.newest_turn
+    if newest is not None:
         state = "open" if newest.end is None else newest.end
-        facts.append(("turns", f"{len(turns):,} recorded (newest: {state})"))
+        facts.append(("turns", f"{view.turns:,} recorded (newest: {state})"))
     if info.system_prompt is not None:
         facts.append(("system prompt", info.system_prompt))
     if metadata:
@@ -97,18 +95,17 @@ async def show_conversation(
     for key, text in facts:
         out.write(f"{style.dim(f'{key:<13}')} {text}\n")
     out.write("\n")
-    start = 0 if last is None else max(len(entries) - last, 0)
+    start = view.start
     if start > 0:
         out.write(style.dim(f"  ... {start:,} earlier messages (--last shows more)") + "\n")
     drawn: dict[int | None, list[Aside]] = {}
-    for aside in value.asides():
+    for aside in view.asides:
         drawn.setdefault(aside.after, []).append(aside)
     printer = Printer(out)
     if start == 0:
         for aside in drawn.get(None, []):
             printer.aside(aside)
-    for position in range(start, len(entries)):
-        entry = entries[position]
+    for position, entry in enumerate(view.entries, start):
         printer.message(
             entry.message, position=position, created_at=entry.created_at, author=entry.author
         )

@@ -240,6 +240,45 @@ async def test_show_marks_authors_and_draws_asides(shared_backend: Any) -> None:
     assert (record["position"], record["entry_id"], record["author"]) == (1, 3, None)
 
 
+def _lines_from(out: str, position: int) -> list[str]:
+    """The lines of ``show``'s text before every message but the asides drawn there (the
+    details), then the day's heading and the lines from the message at ``position`` on
+    (every message of ``out`` is of one day)."""
+    lines = out.splitlines()
+    at = [i for i, line in enumerate(lines) if line.split()[:1] == [str(position)]]
+    first = next(i for i, line in enumerate(lines) if line.split()[:1] == ["0"])
+    head = [line for line in lines[:first] if not line.lstrip().startswith(("aside", "--"))]
+    (day,) = [line for line in lines if line.lstrip().startswith("--")]
+    return head + ([day, *lines[at[0] :]] if at else [])
+
+
+@pytest.mark.parametrize("edited", [True, False])
+async def test_show_last_prints_what_the_whole_show_ends_with(
+    shared_backend: Any, edited: bool
+) -> None:
+    url = shared_backend.url
+    cid = await seed_edits(url) if edited else (await seed(url))[0]
+    async with histstore.connect(url) as store:
+        await store.write(cid, [Message.user(f"more {i}") for i in range(4)])
+        if edited:
+            value = await store.edit(cid)
+            value.add_aside("after the newest", after=value.entry_id(-1))
+            value.splice(3, 1, [Message.assistant("edited in")], by="moderator")
+            await store.commit(value)
+        length = await store.count(cid)
+    whole = (await ok("show", cid, "--url", url)).out
+    for last in (0, 1, 3, length - 1, length, length + 2):
+        shown = (await ok("show", cid, "--url", url, "--last", str(last))).out
+        start = max(length - last, 0)
+        expected = _lines_from(whole, start)
+        if start > 0:
+            blank = expected.index("")
+            expected.insert(blank + 1, f"  ... {start:,} earlier messages (--last shows more)")
+        else:
+            expected = whole.splitlines()
+        assert shown.splitlines() == expected, last
+
+
 async def test_log_lists_change_records(shared_backend: Any) -> None:
     url = shared_backend.url
     cid = await seed_edits(url)

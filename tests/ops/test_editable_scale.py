@@ -109,7 +109,7 @@ async def test_a_length_changing_splice_near_the_start_takes_bounded_statements(
     assert kept[5 + added :] == list(range(8, LONG + 1))
     with counting(store, monkeypatch) as seen:
         await store.revert(cid, value.revision - 1, by="test")
-    assert seen.count <= 16
+    assert seen.count <= 18  # the records after the target, the halt then, the writes
     back = await store.read(cid)
     assert [m.content for m in back] == [f"entry{i} word{i}" for i in range(LONG)]
     assert [m.entry_id for m in back] == list(range(1, LONG + 1))

@@ -8,6 +8,7 @@ import asyncio
 import json
 import random
 import sys
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -567,25 +568,94 @@ async def test_random_histories_fold_to_the_stored_value(store: Store, cid: str)
     """Any mix of writes, pops, commits of edits and reverts: the log folds to the
     stored value, and the reads show it."""
     rnd = random.Random(20261201)
+    kinds = ["write", "write", "pop", "splice", "restore", "aside", "revert"]
     for step in range(60):
-        action = rnd.choice(["write", "write", "pop", "splice", "restore", "aside", "revert"])
-        if action == "write":
-            await store.write(cid, [user(f"s{step}-{k}") for k in range(rnd.randint(1, 3))])
-        elif action == "pop":
-            await store.pop(cid)
-        elif action == "revert":
-            top = (await store.edit(cid)).revision
-            await store.revert(cid, rnd.randint(0, top), by="undo")
-        else:
-            value = await store.edit(cid)
-            n = len(value.entries)
-            a = rnd.randint(0, n)
-            b = rnd.randint(a, n)
-            if action == "splice":
-                value.splice(a, b, [bot(f"x{step}")] * rnd.randint(0, 2), by="ed")
-            elif action == "restore":
-                value.restore(a, b, value.entries[a:b][::-1], by="ed")
-            elif n:
-                value.add_aside(step, after=value.entry_id(rnd.randrange(n)))
-            await store.commit(value)
+        await random_edit(store, cid, rnd, step, kinds, reach=None)
         await folds(store, cid)
+
+
+async def random_edit(
+    store: Store, cid: str, rnd: random.Random, step: int, kinds: list[str], reach: int | None
+) -> None:
+    """One of ``kinds``: a write, pop, splice, restore, aside, halt or resume, turn
+    record, or a revert to one of the last ``reach`` revisions (any: ``None``)."""
+    action = rnd.choice(kinds)
+    if action == "write":
+        await store.write(cid, [user(f"s{step}-{k}") for k in range(rnd.randint(1, 3))])
+    elif action == "pop":
+        await store.pop(cid)
+    elif action == "revert":
+        top = (await store.edit(cid)).revision
+        low = 0 if reach is None else max(top - reach, 0)
+        await store.revert(cid, rnd.randint(low, top), by="undo")
+    else:
+        value = await store.edit(cid)
+        n = len(value.entries)
+        a = rnd.randint(0, n)
+        b = rnd.randint(a, n)
+        if action == "splice":
+            value.splice(a, b, [bot(f"x{step}")] * rnd.randint(0, 2), by="ed")
+        elif action == "restore":
+            value.restore(a, b, value.entries[a:b][::-1], by="ed")
+        elif action == "halt":
+            value.halt(f"h{step}") if value.halted is None else value.resume()
+        elif action == "turn":
+            if value.turns() and value.turns()[-1].end is None:
+                value.end_turn("completed")
+            else:
+                value.open_turn()
+        elif n:
+            value.add_aside(step, after=value.entry_id(rnd.randrange(n)))
+        await store.commit(value)
+
+
+async def random_edits(store: Store, cid: str, rnd: random.Random, steps: int) -> None:
+    """``steps`` edits of every kind, reverts to one of the last 4 revisions."""
+    kinds = ["write", "write", "pop", "splice", "restore", "aside", "halt", "turn", "revert"]
+    for step in range(steps):
+        await random_edit(store, cid, rnd, step, kinds, reach=4)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_paged_change_reads_equal_the_whole_log(store: Store, cid: str, seed: int) -> None:
+    """``changes(since=, limit=)`` reads only the records after ``since`` (and the
+    entries they touched): every page equals that part of the whole log, which is
+    rebuilt from every entry and checked to build them."""
+    rnd = random.Random(seed)
+    await random_edits(store, cid, rnd, 40)
+    whole = await store.changes(cid)
+    top = len(whole)
+    for since in range(top + 2):
+        for limit in (None, 0, 1, 3):
+            if since == 0 and limit is None:
+                continue
+            end = None if limit is None else since + limit
+            assert await store.changes(cid, since=since, limit=limit) == whole[since:end]
+
+
+@pytest.mark.parametrize("seed", [4, 5, 6])
+async def test_a_revert_reading_only_recent_records_records_what_the_whole_log_says(
+    store: Store, cid: str, seed: int
+) -> None:
+    """A revert reads the records after its target and the entries they touched; what it
+    records is the change ``Conversation.revert_to`` makes of the value and the fold of
+    the whole log up to the target, and the log still folds to the stored value."""
+    rnd = random.Random(seed)
+    for _ in range(12):
+        await random_edits(store, cid, rnd, 5)
+        whole = await store.changes(cid)
+        top = len(whole)
+        target = rnd.randint(max(top - 6, 0), top)
+        expected = await store.edit(cid)
+        changed = expected.revert_to(Conversation.fold(whole[:target]), by="undo")
+        revision = await store.revert(cid, target, by="undo")
+        value = await folds(store, cid)
+        if not changed:
+            assert revision == top
+            continue
+        (made,) = expected.unsaved
+        (stored,) = await store.changes(cid, since=top)
+        assert replace(stored, at=None, revision=None) == made
+        assert value.entries == expected.entries
+        assert value.asides() == expected.asides()
+        assert value.halted == expected.halted

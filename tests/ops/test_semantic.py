@@ -526,3 +526,121 @@ def call(text: str) -> dict[str, Any]:
         "type": "function",
         "function": {"name": "f", "arguments": f'{{"q": "{text}"}}'},
     }
+
+
+# ---------------------------------------------------------------- how far an update got
+
+
+def no_text(i: int) -> dict[str, Any]:
+    return {"role": "user", "content": [{"type": "image_url", "image_url": {"url": f"u{i}"}}]}
+
+
+async def assert_all_embedded(store: Store, index: SemanticIndex, c: str) -> None:
+    """Every message of ``c`` with text has its vector, made from the text it holds."""
+    messages = await store.read(c)
+    with_text = [m.position for m in messages if isinstance(m.content, str)]
+    assert [p for _, p, _ in await vectors(store, c)] == with_text
+    for m in messages:
+        if isinstance(m.content, str):
+            hits = await index.search(m.content, conversation=c, k=len(messages))
+            assert any(h.position == m.position and h.score > 0.999 for h in hits)
+
+
+async def test_a_conversation_update_starts_where_the_last_one_stopped(store: Store) -> None:
+    c = new_id()
+    await store.write(c, [*says("apple", "banana"), no_text(0), no_text(1)])
+    embed = Embedder()
+    index = SemanticIndex(store, embed, model=MODEL)
+    assert await index.update(c, batch=1) == 2
+    assert await index.update(c) == 0
+    await store.write(c, [no_text(2), *says("cherry")])
+    assert await index.update(c) == 1
+    assert embed.seen == ["apple", "banana", "cherry"]
+    k = _schema.vector_marks
+    async with store.engine.connect() as conn:
+        marks = (await conn.execute(select(k.c.conversation_id, k.c.model, k.c.position))).all()
+    assert [tuple(r) for r in marks] == [(c, MODEL, 5)]
+    await assert_all_embedded(store, index, c)
+
+
+@pytest.mark.parametrize("tail", ["text", "no text"])
+async def test_messages_rewritten_below_the_mark_are_embedded(store: Store, tail: str) -> None:
+    c = new_id()
+    first = says("apple", "banana") if tail == "text" else [no_text(0), no_text(1)]
+    await store.write(c, [*says("kilo"), *first, no_text(2), *says("lima")])
+    index = SemanticIndex(store, Embedder(), model=MODEL)
+    await index.update(c)
+    for _ in range(4):
+        await store.pop(c)
+    await store.write(c, says("cherry", "delta"))
+    assert await index.update(c) == 2
+    await assert_all_embedded(store, index, c)
+    await store.clear(c)
+    await store.write(c, says("echo"))
+    assert await index.update(c) == 1
+    await assert_all_embedded(store, index, c)
+
+
+@pytest.mark.parametrize("edit", ["insert", "replace", "remove", "revert"])
+async def test_edits_below_the_mark_are_embedded_again(store: Store, edit: str) -> None:
+    c = new_id()
+    await store.write(c, says("apple", "banana", "cherry", "delta", "echo"))
+    index = SemanticIndex(store, Embedder(), model=MODEL)
+    assert await index.update(c) == 5
+    value = await store.edit(c)
+    if edit == "insert":
+        value.splice(1, 0, [Message.user("fox")], by="tester")
+    elif edit == "replace":
+        value.splice(2, 1, [Message.user("golf")], by="tester")
+    elif edit == "remove":
+        value.splice(1, 2, [], by="tester")
+    if edit == "revert":
+        await store.write(c, says("hotel"))
+        await store.revert(c, 0, by="tester")
+        await store.write(c, [no_text(0), *says("india")])
+    else:
+        await store.commit(value)
+    await index.update(c)
+    await assert_all_embedded(store, index, c)
+
+
+async def test_a_mark_raised_while_messages_changed_stays_down(store: Store) -> None:
+    """Messages below the end of the batch that had vectors when the update looked are
+    replaced while it embeds: the update does not raise the mark over them."""
+    c = new_id()
+    await store.write(c, says(*(f"old {i}" for i in range(6))))
+    index = SemanticIndex(store, Embedder(), model=MODEL)
+    assert await index.update(c) == 6
+    await store.write(c, says("new 6", "new 7"))
+
+    async def rewrite(texts: list[str]) -> None:
+        for _ in range(6):
+            await store.pop(c)  # positions 2..7 go
+        await store.write(c, says("new 2", "new 3", "new 4", "new 5", "new 6", "new 7"))
+
+    racing = SemanticIndex(store, Embedder(during=rewrite), model=MODEL)
+    assert await racing.update(c) == 2  # new 6 and new 7 hold the texts it read
+    assert await index.update(c) == 4
+    await assert_all_embedded(store, index, c)
+
+
+async def test_delete_lets_a_conversation_update_start_over(store: Store) -> None:
+    c = new_id()
+    await store.write(c, says("apple", "banana"))
+    index = SemanticIndex(store, Embedder(), model=MODEL)
+    assert await index.update(c) == 2
+    await index.delete(c)
+    assert await index.update(c) == 2
+    await assert_all_embedded(store, index, c)
+
+
+async def test_an_unknown_or_foreign_conversation_gets_no_mark(store: Store) -> None:
+    c = new_id()
+    await store.scoped("alice").write(c, says("apple"))
+    index = SemanticIndex(store, Embedder(), model=MODEL)
+    assert await index.scoped("bob").update(c) == 0
+    assert await index.update(new_id()) == 0
+    k = _schema.vector_marks
+    async with store.engine.connect() as conn:
+        assert (await conn.execute(select(k.c.conversation_id))).all() == []
+    assert await index.scoped("alice").update(c) == 1

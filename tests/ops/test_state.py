@@ -880,6 +880,7 @@ def test_tables_are_covered() -> None:
         "histstore_lists",
         "histstore_list_items",
         "histstore_vectors",
+        "histstore_vector_marks",
         "histstore_changes",
         "histstore_asides",
         "histstore_turns",

@@ -436,6 +436,8 @@ async def _check_search_index(conn: AsyncConnection, convs: list[Conv], *, head:
         }
         if not head:
             expected.add("histstore_messages_fts_insert")
+        else:  # the semantic index's marks (d2b7e4a9c1f3)
+            expected.add("histstore_vector_marks_lowered")
         assert set(triggers.scalars()) == expected
         # Raises when the index disagrees with histstore_messages (its content table).
         await conn.execute(

@@ -717,3 +717,124 @@ async def test_search_text_stored_once_upgrade_and_downgrade(
     await alembic(engine, "upgrade", "head")
     assert await found("auk") == [0, 4]
     assert await found("skua") == []
+
+
+async def test_semantic_marks_upgrade_and_downgrade(engine: AsyncEngine, empty_url: str) -> None:
+    """Revision d2b7e4a9c1f3 over stored messages and vectors: a conversation has no mark
+    until an update, which then embeds only the messages without a vector; deleting
+    messages lowers the mark; a downgrade drops the table and its trigger, and messages
+    are deleted as before."""
+    now = datetime.now(timezone.utc)
+    await alembic(engine, "upgrade", "c8d2f4a6e1b9")
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO histstore_conversations (id, length, created_at, updated_at,"
+                " revision, next_entry, listed_changes) VALUES ('c', 4, :t, :t, 0, 5, 1)"
+            ),
+            {"t": now},
+        )
+        for p in range(4):
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_messages (conversation_id, position, data,"
+                    " created_at, entry_id) VALUES ('c', :p, :d, :t, :e)"
+                ),
+                {
+                    "p": p,
+                    "d": json.dumps({"role": "user", "content": f"owl {p}"}),
+                    "t": now,
+                    "e": p + 1,
+                },
+            )
+        if engine.dialect.name == "sqlite":  # that revision's writes listed their messages
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_messages_fts_listed SELECT rowid FROM histstore_messages"
+                )
+            )
+        for p in (0, 1):  # embedded before the upgrade
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_vectors (conversation_id, position, model, vector)"
+                    " VALUES ('c', :p, 'm', :v)"
+                ),
+                {"p": p, "v": b"\0\0\x80\x3f"},
+            )
+    await alembic(engine, "upgrade", "head")
+    await alembic(engine, "check")
+
+    async def marks() -> list[Any]:
+        async with engine.connect() as conn:
+            found = await conn.execute(text("SELECT model, position FROM histstore_vector_marks"))
+            return [tuple(r) for r in found]
+
+    seen: list[str] = []
+
+    async def embed(texts: list[str]) -> list[list[float]]:
+        seen.extend(texts)
+        return [[1.0] for _ in texts]
+
+    assert await marks() == []
+    async with histstore.connect(empty_url) as store:
+        index = histstore.SemanticIndex(store, embed, model="m")
+        assert await index.update("c") == 2
+        assert seen == ["owl 2", "owl 3"]
+        assert await marks() == [("m", 3)]
+        await store.pop("c")
+        await store.pop("c")
+        assert await marks() == [("m", 1)]
+        await store.write("c", [{"role": "user", "content": "owl again"}])
+        assert await index.update("c") == 1
+        assert await marks() == [("m", 2)]
+
+    await alembic(engine, "downgrade", "c8d2f4a6e1b9")
+    assert "histstore_vector_marks" not in await tables(engine)
+    async with engine.begin() as conn:
+        await conn.execute(text("DELETE FROM histstore_messages WHERE position = 2"))
+    assert await first_column(
+        engine, "SELECT position FROM histstore_vectors ORDER BY position"
+    ) == [0, 1]
+    await alembic(engine, "upgrade", "head")
+    await alembic(engine, "check")
+
+
+async def test_writes_by_revision_upgrade_and_downgrade(
+    engine: AsyncEngine, empty_url: str
+) -> None:
+    """Revision f1c3a5e7b9d2 over a stored history: the index of write records by
+    revision covers the records already there, and the change log read from a revision
+    is the end of the whole log; a downgrade drops the index and keeps the records."""
+    await alembic(engine, "upgrade", "d2b7e4a9c1f3")
+    async with histstore.connect(empty_url, migrate=False) as store:
+        for i in range(30):
+            await store.write("c", [{"role": "user", "content": f"m{i}"}])
+        value = await store.edit("c")
+        value.splice(3, 5, [], by="ed")
+        await store.commit(value)
+        await store.write("c", [{"role": "user", "content": "last"}])
+
+    async def indexes() -> set[str]:
+        async with engine.connect() as conn:
+            found = await conn.run_sync(
+                lambda c: c.dialect.get_indexes(c, "histstore_writes")  # type: ignore[attr-defined]
+            )
+        return {i["name"] for i in found}
+
+    assert "ix_histstore_writes_revision" not in await indexes()
+    await alembic(engine, "upgrade", "head")
+    await alembic(engine, "check")
+    assert "ix_histstore_writes_revision" in await indexes()
+    async with histstore.connect(empty_url) as store:
+        whole = await store.changes("c")
+        assert len(whole) == 32
+        assert await store.changes("c", since=29, limit=2) == whole[29:31]
+        assert await store.revert("c", 31, by="undo") == 33
+        assert (await store.read("c"))[-1].content == "m29"
+    await alembic(engine, "downgrade", "d2b7e4a9c1f3")
+    assert "ix_histstore_writes_revision" not in await indexes()
+    (count,) = await first_column(
+        engine, "SELECT count(*) FROM histstore_writes WHERE revision IS NOT NULL"
+    )
+    assert count == 31
+    await alembic(engine, "upgrade", "head")

@@ -13,10 +13,13 @@ from sqlalchemy import (
     Text,
     and_,
     bindparam,
+    case,
     cast,
     delete,
     exists,
+    func,
     literal,
+    or_,
     select,
     update,
 )
@@ -66,6 +69,15 @@ class EditStatements:
         self.entries = compile_(
             select(*entry_cols).where(_msg.c.conversation_id == conv_id).order_by(_msg.c.position)
         )
+        # The entries from position ``start`` on (the newest of a long history).
+        self.entries_from = compile_(
+            select(*entry_cols)
+            .where(
+                _msg.c.conversation_id == conv_id,
+                _msg.c.position >= bindparam("start", type_=BigInteger),
+            )
+            .order_by(_msg.c.position)
+        )
         a = s.asides
         self.asides = compile_(
             select(a.c.aside_id, a.c.after, a.c.home, a.c.value)
@@ -77,6 +89,13 @@ class EditStatements:
             select(t.c.number, t.c.start, t.c.opened_at, t.c.end, t.c.ended_at, t.c.usage)
             .where(t.c.conversation_id == conv_id)
             .order_by(t.c.number)
+        )
+        # The newest turn record: numbers are dense from 1, so it also counts them.
+        self.newest_turn = compile_(
+            select(t.c.number, t.c.start, t.c.opened_at, t.c.end, t.c.ended_at, t.c.usage)
+            .where(t.c.conversation_id == conv_id)
+            .order_by(t.c.number.desc())
+            .limit(1)
         )
         # The newest entry ``author`` made (the authored-entries index serves it).
         newest: list[ColumnElement[bool]] = [
@@ -101,6 +120,26 @@ class EditStatements:
             select(w.c.revision, w.c.created_at, w.c.appended)
             .where(w.c.conversation_id == conv_id, w.c.revision > since)
             .order_by(w.c.revision)
+        )
+        # What a read of the records after a revision needs to know of those before:
+        # the halt then, set by the newest record up to ``upto`` that is a write (which
+        # leaves none) or has a halt part. The newest write record up to there, then the
+        # records after it that may hold a halt (the text says so; decoding decides).
+        upto = bindparam("upto", type_=big)
+        self.last_write = compile_(
+            select(func.max(w.c.revision)).where(
+                w.c.conversation_id == conv_id, w.c.revision.is_not(None), w.c.revision <= upto
+            )
+        )
+        self.halt_records = compile_(
+            select(ch.c.revision, ch.c.kind, ch.c.author, ch.c.at, ch.c.record)
+            .where(
+                ch.c.conversation_id == conv_id,
+                ch.c.revision > since,
+                ch.c.revision <= upto,
+                or_(ch.c.kind == "write", ch.c.record.contains('"halt":', autoescape=True)),
+            )
+            .order_by(ch.c.revision.desc())
         )
         self.insert_change = compile_(ch.insert())
         # What a conversation's editable state holds beside its messages (import and
@@ -168,7 +207,7 @@ class EditStatements:
         # its message's row goes too (no foreign key refuses the move, f7c2a9d3e8b4).
         # The full-text index follows by itself: FTS5 rows are keyed by rowid, which an
         # UPDATE keeps; Postgres's vectors by entry id, which a move keeps.
-        v = s.vectors
+        v, k = s.vectors, s.vector_marks
         shift = bindparam("shift", type_=big)
         self.move_tail = [
             compile_(
@@ -182,6 +221,16 @@ class EditStatements:
                 .values(position=-1 - _msg.c.position)
             ),
             compile_(delete(v).where(v.c.conversation_id == conv_id, v.c.position >= start)),
+            # The semantic index's marks fall below the first moved position, as a
+            # delete's trigger lowers them (schema.vector_marks).
+            compile_(
+                update(k)
+                .where(k.c.conversation_id == conv_id)
+                .values(
+                    position=case((k.c.position < start, k.c.position), else_=start - 1),
+                    lowered=k.c.lowered + s.ONE,
+                )
+            ),
         ]
         a_ins = _dialects.insert(dialect, a)
         self.put_aside = compile_(
