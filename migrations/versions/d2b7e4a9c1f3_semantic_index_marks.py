@@ -12,7 +12,7 @@ No backfill: a conversation without a row is read from its start once, as before
 Downgrade drops the trigger and the table.
 
 Revision ID: d2b7e4a9c1f3
-Revises: c8d2f4a6e1b9
+Revises: d3a7f1c6b8e2
 Create Date: 2026-12-07 00:30:00.000000
 
 """
@@ -30,7 +30,7 @@ from histstore._storage.revisions import schema_prefix
 ID = sa.String(length=255).with_variant(sa.String(length=255, collation="C"), "postgresql")
 
 revision: str = "d2b7e4a9c1f3"
-down_revision: str | None = "c8d2f4a6e1b9"
+down_revision: str | None = "d3a7f1c6b8e2"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
