@@ -23,7 +23,6 @@ from .._errors import ConflictError, HistStoreError, InvalidMessage, WriteError
 from .._storage import rows as _rows
 from .._storage.dberrors import DatabaseFailure
 from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback, Step
-from .._storage.schema import CLAIMED
 from .context import Context, not_found
 from .editing import stored_entries
 from .settle import was_stored
@@ -265,7 +264,7 @@ class History:
             at = length
         if caller_key:
             rows = yield FETCH, sql.find_write, {"c": conversation, "key": key}
-            if rows and rows[0][0] != CLAIMED:  # a claim stores nothing (``_ops.settle``)
+            if rows and rows[0][0] != _rows.CLAIMED:  # a claim stores nothing (``_ops.settle``)
                 return Rollback((yield from self._known(conversation, batch, rows[0], length)))
         if at > length:
             raise ConflictError(

@@ -7,7 +7,7 @@ a server session of its own (waiting for a row lock, or in its COMMIT) and commi
 a plain look-up found nothing. So settling first makes the batch's fate final: in one
 transaction it takes the conversation's row lock (waiting for whoever holds it, the
 lost write included) and *claims* the key, inserting a row that stores nothing
-(``schema.CLAIMED``). A claim that finds the key held waits for the transaction that
+(``rows.CLAIMED``). A claim that finds the key held waits for the transaction that
 holds it. Once the claim is in, the lost statement can never commit: its own row for
 the key would break the key's uniqueness. A write again under the key takes the
 claim's place (``Statements.insert_write_once``).
@@ -23,7 +23,6 @@ from typing import Any
 from .._core.models import WriteOutcome
 from .._errors import HistStoreError, WriteError
 from .._storage import rows as _rows
-from .._storage import schema as s
 from .._storage.dberrors import DatabaseFailure
 from .._storage.drivers import FETCH, Program
 from .context import Context
@@ -82,6 +81,6 @@ def _settle(ctx: Context, conversation: str, key: str) -> Program[tuple[bool, in
         return False, None
     rows = yield FETCH, sql.settled, {"c": conversation, "key": key}
     digest, length = rows[0]
-    if digest == s.CLAIMED:  # claimed when an earlier write under the key was settled
+    if digest == _rows.CLAIMED:  # claimed when an earlier write under the key was settled
         return False, None
     return True, None if length is None else int(length)

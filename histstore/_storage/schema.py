@@ -36,7 +36,6 @@ ONE = literal_column("1", BigInteger)
 """1 written into the SQL: a bound constant costs a conversion at every execution."""
 
 __all__ = [
-    "CLAIMED",
     "CONVERSATION_TABLES",
     "FTS_LISTED",
     "FTS_TABLE",
@@ -213,10 +212,8 @@ messages = Table(
     ),
 )
 
-# One row per stored batch: the batch's idempotency key (the caller's or one the store
-# made), where it went and a digest of its messages. A retried write finds it here. A
-# row whose digest is ``CLAIMED`` stores nothing: a lost write's key, taken when it was
-# settled as not stored, so that its statement can never commit later (``_ops.settle``).
+# One row per stored batch under its idempotency key (the caller's or one the store
+# made): where it went, a digest of its messages (``rows.CLAIMED``: a claim, no batch).
 writes = Table(
     "histstore_writes",
     metadata,
@@ -233,9 +230,6 @@ writes = Table(
     Column("appended", Integer, nullable=True),
     PrimaryKeyConstraint("conversation_id", "key"),
 )
-
-CLAIMED = "claimed"
-"""The digest of a ``writes`` row that holds a key and no batch (a hex digest never is)."""
 
 # Every other change record (SPEC 11): edits, pops, saves, fork targets, imports.
 # ``record`` is the change's JSON (``_editable.change_log.encode``): the entries it

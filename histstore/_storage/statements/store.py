@@ -26,6 +26,7 @@ from sqlalchemy import (
 
 from .. import schema as s
 from ..drivers import Driver
+from ..rows import CLAIMED
 from . import appends as _appends
 from . import dialects as _dialects
 from . import search as _search
@@ -194,7 +195,7 @@ class Statements:
             record.on_conflict_do_update(
                 index_elements=the_key,
                 set_={c.name: record.excluded[c.name] for c in _writes.c if c not in the_key},
-                where=_writes.c.digest == s.CLAIMED,
+                where=_writes.c.digest == CLAIMED,
             ).returning(_writes.c.key)
         )
         self.find_write = compile_(
@@ -232,7 +233,7 @@ class Statements:
                 key=bindparam("key", type_=_writes.c.key.type),
                 position=0,
                 count=0,
-                digest=s.CLAIMED,
+                digest=CLAIMED,
                 created_at=now,
             )
             .on_conflict_do_nothing(index_elements=the_key)
