@@ -190,12 +190,13 @@ class Statements:
         # For a caller's key: returns nothing when the key is already recorded; takes
         # the place of the key's claim (a lost write settled as not stored).
         record = _dialects.insert(dialect, _writes)
-        the_key = [_writes.c.conversation_id, _writes.c.key]
+        the_key = ["conversation_id", "key"]
+        claimed: ColumnElement[str] = literal_column(f"'{CLAIMED}'")
         self.insert_write_once = compile_(
             record.on_conflict_do_update(
                 index_elements=the_key,
-                set_={c.name: record.excluded[c.name] for c in _writes.c if c not in the_key},
-                where=_writes.c.digest == CLAIMED,
+                set_={c.name: record.excluded[c.name] for c in _writes.c if c.name not in the_key},
+                where=_writes.c.digest == claimed,
             ).returning(_writes.c.key)
         )
         self.find_write = compile_(
@@ -231,9 +232,9 @@ class Statements:
             .values(
                 conversation_id=conv_id,
                 key=bindparam("key", type_=_writes.c.key.type),
-                position=0,
-                count=0,
-                digest=CLAIMED,
+                position=literal_column("0"),
+                count=literal_column("0"),
+                digest=claimed,
                 created_at=now,
             )
             .on_conflict_do_nothing(index_elements=the_key)
