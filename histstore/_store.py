@@ -256,7 +256,9 @@ class Store(EditableCalls):
             WriteError: the database failed. ``.outcome`` says what is known;
                 ``.idempotency_key`` makes writing the same batch again safe. When the
                 commit's fate was unknown and the database could be reached again,
-                the store found out itself: stored means this returns normally.
+                the store found out itself: stored means this returns normally; not
+                stored (``accepted=0, uncertain=False``) stays true, as the store
+                claimed the key so that the lost write can never commit later.
         """
         return await self._history.write(conversation, messages, at, idempotency_key, metadata)
 

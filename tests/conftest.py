@@ -246,6 +246,7 @@ BACKENDS = [
     ),
 ]
 SHARED_BACKENDS = [BACKENDS[0], BACKENDS[2]]
+POSTGRES_BACKENDS = BACKENDS[2:]
 
 
 def _make_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
@@ -278,6 +279,13 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
 @pytest.fixture(params=SHARED_BACKENDS)
 def shared_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """The backends several connections and processes can share (file and Postgres)."""
+    return _make_backend(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=POSTGRES_BACKENDS)
+def postgres_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """The PostgreSQL backends (directly and through PgBouncer), for what only a server
+    has: sessions that outlive their client, row locks, a network to cut."""
     return _make_backend(request.param, request, tmp_path)
 
 

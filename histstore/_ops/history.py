@@ -264,7 +264,7 @@ class History:
             at = length
         if caller_key:
             rows = yield FETCH, sql.find_write, {"c": conversation, "key": key}
-            if rows:
+            if rows and rows[0][0] != _rows.CLAIMED:  # a claim stores nothing (``_ops.settle``)
                 return Rollback((yield from self._known(conversation, batch, rows[0], length)))
         if at > length:
             raise ConflictError(
@@ -293,7 +293,10 @@ class History:
         record = self._record(
             conversation, key, at, batch, now, revision + 1 if appended else None, appended
         )
-        yield EXECUTE, sql.insert_write, record
+        if caller_key:  # in the place of the key's claim, when there is one
+            yield FETCH, sql.insert_write_once, record
+        else:
+            yield EXECUTE, sql.insert_write, record
         yield from self._insert(conversation, batch, length, overlap, now, next_entry)
         return WriteOutcome(n, False, length + appended)
 

@@ -25,6 +25,7 @@ from .drivers import ValueRows
 from .schema import messages
 
 __all__ = [
+    "CLAIMED",
     "MESSAGE_COLUMNS",
     "SEARCH_TEXT_BYTES",
     "batch_columns",
@@ -40,6 +41,11 @@ __all__ = [
 ]
 
 Row = dict[str, Any]
+
+CLAIMED = "claimed"
+"""The digest of a writes row that holds a key and stores no batch (a batch's digest is
+hex): a lost write's key, claimed when it was settled as not stored, so that its
+statement can never commit later (``_ops.settle``). A write under the key replaces it."""
 
 SEARCH_TEXT_BYTES = 262_144
 """How much of a message's indexed text the full-text index covers: its first 256 KiB

@@ -213,8 +213,8 @@ messages = Table(
     ),
 )
 
-# One row per stored batch: the batch's idempotency key (the caller's or one the store
-# made), where it went and a digest of its messages. A retried write finds it here.
+# One row per stored batch under its idempotency key (the caller's or one the store
+# made): where it went, a digest of its messages (``rows.CLAIMED``: a claim, no batch).
 writes = Table(
     "histstore_writes",
     metadata,

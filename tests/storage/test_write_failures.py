@@ -76,6 +76,30 @@ async def test_commit_that_failed_is_reported_as_not_stored(
     assert await store.count(cid) == 5
 
 
+@pytest.mark.parametrize("again", [{}, {"at": 2}], ids=["append", "at"])
+async def test_a_key_settled_as_not_stored_stores_its_batch_once_later(
+    store: histstore.Store, faults: Faults, cid: str, again: dict[str, Any]
+) -> None:
+    """Settling claims the key of a batch it answers "not stored" (so the lost write
+    can never commit later); the batch written again under that key takes the claim's
+    place, once, and the claim is no change of the conversation."""
+    await store.write(cid, user_msgs(2, "old"))
+    faults.commit_mode = "rollback-then-fail"
+    with pytest.raises(WriteError) as info:
+        await store.write(cid, user_msgs(3, "new"))
+    assert (info.value.outcome.accepted, info.value.outcome.uncertain) == (0, False)
+    key = info.value.idempotency_key
+    assert len(await store.changes(cid)) == 1  # the first write's
+    for _ in range(2):
+        out = await store.write(cid, user_msgs(3, "new"), idempotency_key=key, **again)
+        assert out == WriteOutcome(3, False, 5)
+    assert stored_contents(await store.read(cid)) == [
+        *("old-0", "old-1"),
+        *("new-0", "new-1", "new-2"),
+    ]
+    assert [change.revision for change in await store.changes(cid)] == [1, 2]
+
+
 @pytest.mark.parametrize("kwargs", WRITE_FORMS)
 @pytest.mark.parametrize("retry", ["key", "at"])
 async def test_unknown_commit_outcome_is_uncertain_and_retry_is_safe(

@@ -26,6 +26,7 @@ from sqlalchemy import (
     literal_column,
     select,
     text,
+    true,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Dialect
@@ -42,6 +43,7 @@ __all__ = [
     "for_update",
     "insert",
     "lock_for_migration",
+    "lock_patience",
     "messages_from_arrays",
     "mode_options",
     "text_arrays",
@@ -114,6 +116,17 @@ def limit_lock_waits(connection: Connection, seconds: float) -> None:
     if connection.dialect.name == "postgresql":
         ms = max(1, int(seconds * 1000))
         connection.exec_driver_sql(f"SET LOCAL lock_timeout = {ms:d}")
+
+
+def lock_patience(dialect: Dialect) -> Select[Any] | None:
+    """A statement that bounds each lock wait for the rest of its transaction to the
+    duration in its parameter ``patience`` (text such as ``"10s"``): PostgreSQL's
+    transaction-local ``lock_timeout``, so a wait that outlasts it fails as cancelled
+    (SQLSTATE 55P03). ``None`` on SQLite, where the busy timeout bounds the one wait."""
+    if dialect.name != "postgresql":
+        return None
+    setting = func.set_config("lock_timeout", bindparam("patience", type_=Text), true())
+    return select(setting)
 
 
 def clock(dialect: Dialect) -> ColumnElement[float]:

@@ -26,6 +26,7 @@ from sqlalchemy import (
 
 from .. import schema as s
 from ..drivers import Driver
+from ..rows import CLAIMED
 from . import appends as _appends
 from . import dialects as _dialects
 from . import search as _search
@@ -186,11 +187,17 @@ class Statements:
         self.insert_messages = compile_(_msg.insert())
         self.listed = _search.ListedInserts(compile_, dialect)  # wraps every insert of messages
         self.insert_write = compile_(_writes.insert())
-        # For a caller's key: returns nothing when the key is already recorded.
+        # For a caller's key: returns nothing when the key is already recorded; takes
+        # the place of the key's claim (a lost write settled as not stored).
+        record = _dialects.insert(dialect, _writes)
+        the_key = ["conversation_id", "key"]
+        claimed: ColumnElement[str] = literal_column(f"'{CLAIMED}'")
         self.insert_write_once = compile_(
-            _dialects.insert(dialect, _writes)
-            .on_conflict_do_nothing(index_elements=[_writes.c.conversation_id, _writes.c.key])
-            .returning(_writes.c.key)
+            record.on_conflict_do_update(
+                index_elements=the_key,
+                set_={c.name: record.excluded[c.name] for c in _writes.c if c.name not in the_key},
+                where=_writes.c.digest == claimed,
+            ).returning(_writes.c.key)
         )
         self.find_write = compile_(
             select(_writes.c.digest, _writes.c.count, _writes.c.position).where(
@@ -214,10 +221,28 @@ class Statements:
             )
             .returning(*cols)
         )
-        # After the fate of a commit was lost: the length when the batch is stored.
+        # Settling a write whose commit was lost (``_ops.settle``), in one transaction:
+        # bound its lock waits, take the row lock (``lock``), claim the key (nothing
+        # returned when a row holds it already), else read the row's digest (``CLAIMED``
+        # or the batch's) and the conversation's length.
+        patience = _dialects.lock_patience(dialect)
+        self.lock_patience = None if patience is None else compile_(patience)
+        self.claim_key = compile_(
+            _dialects.insert(dialect, _writes)
+            .values(
+                conversation_id=conv_id,
+                key=bindparam("key", type_=_writes.c.key.type),
+                position=literal_column("0"),
+                count=literal_column("0"),
+                digest=claimed,
+                created_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=the_key)
+            .returning(_writes.c.key)
+        )
         self.settled = compile_(
-            select(_conv.c.length)
-            .select_from(_writes.join(_conv, _conv.c.id == _writes.c.conversation_id))
+            select(_writes.c.digest, _conv.c.length)
+            .select_from(_writes.outerjoin(_conv, _conv.c.id == _writes.c.conversation_id))
             .where(_writes.c.conversation_id == conv_id, _writes.c.key == bindparam("key"))
         )
 
