@@ -99,7 +99,8 @@ search_pending = Table(
 )
 
 
-owner = bindparam("owner", type_=s.conversations.c.owner.type)
+OWNER = bindparam("owner", type_=s.conversations.c.owner.type)
+"""The ``owner`` parameter of a scoped search."""
 
 
 def search(
@@ -114,7 +115,8 @@ def search(
     ``search_vectors`` (``to_tsvector('simple', message_text)`` by entry id) plus the
     messages its pending list names, whose vectors are made here, ranked by
     ``ts_rank_cd`` (``_storage.search_index``); ties go by conversation and position.
-    ``fts``: the FTS5 table to search (SQLite).
+    A scoped search (``c``, ``owner``) starts from its scope when that is small
+    (``SCOPE_SET_MESSAGES``). ``fts``: the FTS5 table to search (SQLite).
     """
     msg, conv = s.messages, s.conversations
     conv_id = bindparam("c", type_=msg.c.conversation_id.type)
@@ -175,7 +177,7 @@ def search(
                 inside = vec.c.conversation_id == conv_id
                 listed = listed.where(pending.c.conversation_id == conv_id)
             else:
-                owned = select(conv.c.id).where(conv.c.owner == owner).scalar_subquery()
+                owned = select(conv.c.id).where(conv.c.owner == OWNER).scalar_subquery()
                 inside = vec.c.conversation_id.in_(owned)
                 listed = listed.where(pending.c.conversation_id.in_(owned))
             # A small scope's vectors are read by key and matched one by one (the
@@ -223,7 +225,7 @@ def search(
     if by_conversation:
         stmt = stmt.where(msg.c.conversation_id == conv_id)
     if scoped:
-        stmt = stmt.where(exists().where(conv.c.id == msg.c.conversation_id, conv.c.owner == owner))
+        stmt = stmt.where(exists().where(conv.c.id == msg.c.conversation_id, conv.c.owner == OWNER))
     limit = bindparam("limit", type_=BigInteger)
     return stmt.order_by(best, msg.c.conversation_id, msg.c.position).limit(limit)
 
@@ -253,7 +255,7 @@ def _in_small_scope(rowid: ColumnElement[Any], conversation: ColumnElement[Any] 
         rowids = rowids.where(inner.c.conversation_id == conversation)
     else:
         rowids = rowids.join(conv, conv.c.id == inner.c.conversation_id).where(
-            conv.c.owner == owner
+            conv.c.owner == OWNER
         )
     return or_(not_(_small_scope(conversation)), rowid.in_(rowids))
 
@@ -269,7 +271,7 @@ def _small_scope(conversation: ColumnElement[Any] | None) -> ColumnElement[bool]
         return select(conv.c.length <= most).where(conv.c.id == conversation).scalar_subquery()
     first = (
         select(conv.c.length)
-        .where(conv.c.owner == owner)
+        .where(conv.c.owner == OWNER)
         .limit(literal_column(str(SCOPE_SET_CONVERSATIONS + 1)))
         .subquery("scope_c")
     )
