@@ -64,35 +64,24 @@ class Listing:
         order: Order,
         descending: bool,
     ) -> list[str]:
-        stmt = select_ids(
-            self._ctx,
-            user=user,
-            metadata=metadata,
-            limit=limit,
-            offset=offset,
-            order=order,
-            descending=descending,
-        )
-        if stmt is None:  # a view asked for another user's conversations
+        def page(metadata: Mapping[str, Any] | None) -> Select[Any] | None:
+            return select_ids(
+                self._ctx,
+                user=user,
+                metadata=metadata,
+                limit=limit,
+                offset=offset,
+                order=order,
+                descending=descending,
+            )
+
+        if page(metadata) is None:  # a view asked for another user's conversations
             self._ctx.executor.check()
             return []
-        ctx = self._ctx
 
         async def work(conn: AsyncConnection) -> list[str]:
-            page: Select[Any] | None = stmt
-            if metadata:
-                ordered = await most_selective_first(conn, metadata)
-                if list(ordered) != list(metadata):
-                    page = select_ids(
-                        ctx,
-                        user=user,
-                        metadata=ordered,
-                        limit=limit,
-                        offset=offset,
-                        order=order,
-                        descending=descending,
-                    )
-            return [] if page is None else list((await conn.execute(page)).scalars())
+            found = page(await most_selective_first(conn, metadata) if metadata else None)
+            return [] if found is None else list((await conn.execute(found)).scalars())
 
         return await self._ctx.executor.run(work, mode="read", action="list conversations")
 
