@@ -27,8 +27,11 @@ timed too, marked ``(grows)``, and never flagged. Each figure is the median of
 ``--repeat`` (default 9) calls after one warm-up call, alternating the two stores call
 by call so that the machine's noise falls on both alike. Writes that change what the
 next call sees are undone between calls (untimed) or are appends, whose growth over a
-few calls is negligible. On PostgreSQL the databases are ``VACUUM ANALYZE``d after
-loading, as autovacuum would have done in a store that grew over time.
+few calls is negligible. Each store is loaded, closed (which indexes the full-text
+index's backlog), settled (SQLite: the WAL checkpointed; PostgreSQL: ``VACUUM
+ANALYZE``, as autovacuum would have done in a store that grew over time) and opened
+again before it is timed. Stores are opened with ``durability="process"`` (no fsync per
+commit: the disk's noise would hide what the operations do; ``--durability full``).
 
 CLI commands run in this process (``histstore.cli.main`` in a worker thread, output
 discarded), so their figure includes opening a store, as each command does. The default
@@ -41,6 +44,7 @@ import argparse
 import asyncio
 import contextlib
 import io
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -73,6 +77,7 @@ class Config:
     factor: int = 20
     repeat: int = 9
     only: str = ""
+    durability: str = "process"
 
 
 @dataclass
@@ -486,7 +491,12 @@ def history_ops() -> list[Op]:
             lambda w: w.store.search("nowhere", conversation="h"),
         ),
         Op("write + SemanticIndex.update(c)", h, semantic_update, undo_semantic),
-        Op("SemanticIndex.search(c)", h, lambda w: w.extra["index"].search(WORD, conversation="h")),
+        Op(
+            "SemanticIndex.search(c)",
+            h,
+            lambda w: w.extra["index"].search(WORD, conversation="h"),
+            flat=False,
+        ),
         Op("edit() whole", h, lambda w: w.store.edit("e"), flat=False),
         Op("changes(since=rev-5, limit=5)", h, changes_tail),
         Op("write + revert(rev-1)", h, revert_one),
@@ -533,9 +543,18 @@ async def measure_pair(op: Op, pair: list[World], repeat: int) -> list[float]:
     return [statistics.median(t) * 1e6 for t in times]
 
 
+def attach(store: histstore.Store, extra: dict[str, Any]) -> None:
+    """Make the adapters and the semantic index of ``extra`` again, on ``store``."""
+    extra["sessions"] = M["HiststoreSessionService"](store)
+    extra["memory"] = M["HiststoreMemoryService"](store)
+    extra["index"] = SemanticIndex(store, embed, model="bench")
+    extra["agents"] = M["HiststoreSession"]("agents", store)
+    extra["saver"] = M["HiststoreSaver"](store)
+
+
 @contextlib.asynccontextmanager
-async def opened(url: str) -> AsyncIterator[histstore.Store]:
-    store = await histstore.connect(url, migrate=True)
+async def opened(url: str, durability: Any) -> AsyncIterator[histstore.Store]:
+    store = await histstore.connect(url, migrate=True, durability=durability)
     try:
         yield store
     finally:
@@ -543,7 +562,7 @@ async def opened(url: str) -> AsyncIterator[histstore.Store]:
 
 
 async def run_backend(
-    cfg: Config, urls: dict[str, str], vacuum: Callable[[str], Awaitable[None]] | None
+    cfg: Config, urls: dict[str, str], settle: Callable[[str], Awaitable[None]]
 ) -> dict[str, Any]:
     sizes = {
         "store": (cfg.others, cfg.others * cfg.factor),
@@ -561,17 +580,21 @@ async def run_backend(
         async with contextlib.AsyncExitStack() as stack:
             for which, size in zip(("small", "big"), sizes[axis], strict=True):
                 url = urls[f"{axis}_{which}"]
-                store = await stack.enter_async_context(opened(url))
                 started = time.perf_counter()
-                extra = await builders[axis](store, size)
-                if axis == "history":
-                    extra["rev"] = (await store.changes("e"))[-1].revision
+                async with opened(url, cfg.durability) as loading:
+                    extra = await builders[axis](loading, size)
+                    if axis == "history":
+                        extra["rev"] = (await loading.changes("e"))[-1].revision
+                # Closed (the full-text index's backlog indexed), then settled: the WAL
+                # checkpointed, or VACUUM ANALYZE as autovacuum would have run.
+                await settle(url)
                 print(
                     f"  built {axis} {which} ({size:,}) in {time.perf_counter() - started:.1f} s",
                     file=sys.stderr,
                 )
-                if vacuum is not None:
-                    await vacuum(url)
+                store = await stack.enter_async_context(opened(url, cfg.durability))
+                attach(store, extra)
+                await store.search(WORD, limit=1)  # SQLite: indexes what is still listed
                 worlds.append(World(url=_cli_url(url), store=store, size=size, extra=extra))
             for op in chosen:
                 small, big = await measure_pair(op, worlds, cfg.repeat)
@@ -635,6 +658,12 @@ def main() -> int:
     parser.add_argument("--factor", type=int, default=20, help="big / small (20)")
     parser.add_argument("--repeat", type=int, default=None, help="calls per figure (9; quick: 2)")
     parser.add_argument(
+        "--durability",
+        choices=["process", "full"],
+        default="process",
+        help="connect(durability=...) (process, the default: no fsync per commit, less noise)",
+    )
+    parser.add_argument(
         "--only", default="", help="only operations whose name holds one of these (comma-separated)"
     )
     args = parser.parse_args()
@@ -644,12 +673,18 @@ def main() -> int:
         factor=args.factor if not args.quick or args.factor != 20 else 3,
         repeat=args.repeat or (2 if args.quick else 9),
         only=args.only,
+        durability=args.durability,
     )
 
     async def sqlite() -> dict[str, Any]:
         with tempfile.TemporaryDirectory(dir=args.sqlite_dir) as tmp:
             urls = {a: f"sqlite+aiosqlite:///{Path(tmp) / a}.db" for a in AXES}
-            return await run_backend(cfg, urls, None)
+
+            async def checkpoint(url: str) -> None:
+                with contextlib.closing(sqlite3.connect(_cli_url(url))) as conn:
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+            return await run_backend(cfg, urls, checkpoint)
 
     async def postgres() -> dict[str, Any]:
         import asyncpg
