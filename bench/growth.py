@@ -24,8 +24,9 @@ An operation marked flat should cost about the same in both (growth <= 2.0); one
 is not is marked ``!`` in the last column. Operations that must read what grows (a whole
 conversation's ``read``, ``load``, ``export``, ``fork``, a common word's matches) are
 timed too, marked ``(grows)``, and never flagged. Each figure is the median of
-``--repeat`` (default 9) calls after one warm-up call, alternating the two stores call
-by call so that the machine's noise falls on both alike. Writes that change what the
+``--repeat`` (default 9) calls after one warm-up call; the calls go round robin over
+the operations and the two stores, so that a burst of the machine's noise falls on a
+few calls of many operations, on both stores alike. Writes that change what the
 next call sees are undone between calls (untimed) or are appends, whose growth over a
 few calls is negligible. Each store is loaded, closed (which indexes the full-text
 index's backlog), settled (SQLite: the WAL checkpointed; PostgreSQL: ``VACUUM
@@ -528,19 +529,24 @@ async def _write_pop(store: histstore.Store, c: str) -> None:
 # ---------------------------------------------------------------- running
 
 
-async def measure_pair(op: Op, pair: list[World], repeat: int) -> list[float]:
-    """Median microseconds of ``op`` in each world, calls alternating between them."""
-    times: list[list[float]] = [[] for _ in pair]
+async def measure_all(ops: list[Op], pair: list[World], repeat: int) -> list[list[float]]:
+    """Median microseconds of each op in each world. Calls go round robin: in each of
+    ``repeat`` rounds (after a warm-up round) every op runs once in each world, the
+    worlds' order alternating by round, so a burst of the machine's noise falls on a few
+    calls of many ops rather than on every call of one."""
+    times = [[[] for _ in pair] for _ in ops]
     for round_ in range(repeat + 1):
-        for i, w in enumerate(pair):
-            started = time.perf_counter()
-            await op.run(w)
-            took = time.perf_counter() - started
-            if op.undo is not None:
-                await op.undo(w)
-            if round_:
-                times[i].append(took)
-    return [statistics.median(t) * 1e6 for t in times]
+        order = list(enumerate(pair)) if round_ % 2 else list(enumerate(pair))[::-1]
+        for op, spent in zip(ops, times, strict=True):
+            for i, w in order:
+                started = time.perf_counter()
+                await op.run(w)
+                took = time.perf_counter() - started
+                if op.undo is not None:
+                    await op.undo(w)
+                if round_:
+                    spent[i].append(took)
+    return [[statistics.median(t) * 1e6 for t in spent] for spent in times]
 
 
 def attach(store: histstore.Store, extra: dict[str, Any]) -> None:
@@ -596,8 +602,8 @@ async def run_backend(
                 attach(store, extra)
                 await store.search(WORD, limit=1)  # SQLite: indexes what is still listed
                 worlds.append(World(url=_cli_url(url), store=store, size=size, extra=extra))
-            for op in chosen:
-                small, big = await measure_pair(op, worlds, cfg.repeat)
+            medians = await measure_all(chosen, worlds, cfg.repeat)
+            for op, (small, big) in zip(chosen, medians, strict=True):
                 rows.append(
                     {
                         "op": op.name,
