@@ -226,7 +226,8 @@ class HiststoreMemoryService(_StoreAdapter, BaseMemoryService):
         except NotFound:
             keyed = found = False
         if found and not keyed and await view.count(conversation):
-            await self._append_reading(view, app_name, user_id, conversation, records, meta)
+            if await _append_reading(view, conversation, records):
+                await self._embed(app_name, user_id, conversation)
             return
         for r in records:
             # The key finds a memory stored before: confirmed if equal, a conflict if
@@ -242,34 +243,6 @@ class HiststoreMemoryService(_StoreAdapter, BaseMemoryService):
                 continue
             keyed = True
         await self._embed(app_name, user_id, conversation)
-
-    async def _append_reading(
-        self,
-        view: Store,
-        app_name: str,
-        user_id: str,
-        conversation: str,
-        records: list[dict[str, Any]],
-        meta: dict[str, Any],
-    ) -> None:
-        """``_append`` to a conversation not all written under memory keys: the stored
-        ids are read from the whole conversation."""
-        for _ in range(_RETRIES):
-            stored = await view.read(conversation)
-            have = {record_id(m.to_dict()) for m in stored}
-            new = unique(r for r in records if r[RECORD]["id"] not in have)
-            if not new:
-                return
-            try:
-                # `at`: nobody appended since the read (else read again, skip what came).
-                await view.write(conversation, new, at=len(stored))
-            except ConflictError:
-                continue
-            if not stored:
-                await view.merge_metadata(conversation, meta)
-            await self._embed(app_name, user_id, conversation)
-            return
-        raise ConflictError(f"conversation {conversation!r} kept changing while adding memories")
 
     # ------------------------------------------------------------------ searching
 
@@ -419,3 +392,22 @@ async def _sync(
     messages = tuple(Message.from_dict(r) for r in records)
     await view.save(ConversationState(conversation, messages=messages, metadata=meta))
     return True
+
+
+async def _append_reading(view: Store, conversation: str, records: list[dict[str, Any]]) -> bool:
+    """Append to a conversation holding memories not all written under their keys (see
+    the module) the ``records`` whose ids it does not hold, read from the whole
+    conversation; whether it wrote any."""
+    for _ in range(_RETRIES):
+        stored = await view.read(conversation)
+        have = {record_id(m.to_dict()) for m in stored}
+        new = unique(r for r in records if r[RECORD]["id"] not in have)
+        if not new:
+            return False
+        try:
+            # `at`: nobody appended since the read (else read again, skip what came).
+            await view.write(conversation, new, at=len(stored))
+        except ConflictError:
+            continue
+        return True
+    raise ConflictError(f"conversation {conversation!r} kept changing while adding memories")
