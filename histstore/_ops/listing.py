@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Select, and_, exists, select
+from sqlalchemy import ColumnElement, Select, and_, exists, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._core import codec as _codec
@@ -17,11 +17,21 @@ from .._storage.rows import now
 from .context import Context
 from .history import delete_conversation
 
-__all__ = ["Listing", "Order", "idle_cutoff", "metadata_filter", "select_filtered", "select_ids"]
+__all__ = [
+    "Listing",
+    "Order",
+    "idle_cutoff",
+    "metadata_filter",
+    "most_selective_first",
+    "select_filtered",
+    "select_ids",
+]
 
 Order = Literal["id", "created", "updated"]
 _conv = s.conversations
 PURGE_BATCH = 500
+# The caps of the rounds that count each metadata equality's entries (``most_selective_first``).
+PROBE_CAPS = (64, 4096, None)
 
 
 def idle_cutoff(idle_for: timedelta) -> datetime:
@@ -54,22 +64,24 @@ class Listing:
         order: Order,
         descending: bool,
     ) -> list[str]:
-        stmt = select_ids(
-            self._ctx,
-            user=user,
-            metadata=metadata,
-            limit=limit,
-            offset=offset,
-            order=order,
-            descending=descending,
-        )
-        if stmt is None:  # a view asked for another user's conversations
+        def page(metadata: Mapping[str, Any] | None) -> Select[Any] | None:
+            return select_ids(
+                self._ctx,
+                user=user,
+                metadata=metadata,
+                limit=limit,
+                offset=offset,
+                order=order,
+                descending=descending,
+            )
+
+        if page(metadata) is None:  # a view asked for another user's conversations
             self._ctx.executor.check()
             return []
-        page = stmt
 
         async def work(conn: AsyncConnection) -> list[str]:
-            return list((await conn.execute(page)).scalars())
+            found = page(await most_selective_first(conn, metadata) if metadata else None)
+            return [] if found is None else list((await conn.execute(found)).scalars())
 
         return await self._ctx.executor.run(work, mode="read", action="list conversations")
 
@@ -115,6 +127,8 @@ def select_filtered(
     first metadata equality is a join, so the planner can start from the metadata index
     (key, digest, conversation_id) when it is selective; ordered by that index's id, a
     page by id needs no sort at all (SQLite never turns a correlated EXISTS into a join).
+    Put the most selective equality first (``most_selective_first``): the others are
+    checked per row it finds.
     """
     since, until = _aware(since, "since"), _aware(until, "until")
     if metadata is not None and not isinstance(metadata, Mapping):
@@ -185,6 +199,46 @@ def _aware(value: object, name: str) -> datetime | None:
     if value.tzinfo is None:
         raise ValueError(f"{name} must be an aware datetime (with a time zone)")
     return value
+
+
+async def most_selective_first(
+    conn: AsyncConnection, metadata: Mapping[str, Any]
+) -> Mapping[str, Any]:
+    """``metadata`` with its equality matched by the fewest conversations first (the
+    others after it, in their order), so that a filter starts from its most selective
+    key whatever order the caller gave; a mapping with fewer than two equalities as it is.
+
+    The entries of every equality are counted in one statement, up to a cap that grows
+    by rounds (``PROBE_CAPS``) until one count falls below it: the counting reads about
+    (number of keys) x (the smallest count) index entries, never a whole common key's.
+    """
+    equalities = [(k, v) for k, v in metadata.items() if v is not None]
+    if len(equalities) < 2:
+        return metadata
+    md = s.metadata_entries
+    where = [
+        (
+            md.c.key_digest == _rules.metadata_key_digest(k),
+            md.c.digest == _codec.canonical_digest(v),
+        )
+        for k, v in equalities
+    ]
+    counts: list[int] = []
+    for cap in PROBE_CAPS:
+        probes = []
+        for same_key, same_value in where:
+            found: Select[Any] = (
+                select(literal_column("1")).select_from(md).where(same_key, same_value)
+            )
+            if cap is not None:
+                found = found.limit(cap)
+            probes.append(select(func.count()).select_from(found.subquery()).scalar_subquery())
+        counts = [int(n) for n in (await conn.execute(select(*probes))).one()]
+        if cap is None or min(counts) < cap:
+            break
+    first = min(range(len(counts)), key=counts.__getitem__)
+    key = equalities[first][0]
+    return {key: metadata[key], **{k: v for k, v in metadata.items() if k != key}}
 
 
 def metadata_filter(

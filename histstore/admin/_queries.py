@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .._core import codec as _codec
 from .._core.ids import validate_id
 from .._errors import NotFound
-from .._ops.listing import select_filtered, select_ids
+from .._ops.listing import most_selective_first, select_filtered, select_ids
 from .._storage import migrations as _migrations
 from .._storage import schema as s
 from .._store import Store
@@ -312,22 +312,26 @@ async def list_conversations(
         InvalidMessage: a metadata value that is not storable JSON.
         TypeError, ValueError: arguments of the wrong kind or range.
     """
-    page = select_ids(
-        store.internals,
-        user=user,
-        metadata=metadata,
-        since=since,
-        until=until,
-        limit=limit,
-        offset=offset,
-        order=order,
-        descending=descending,
-    )
-    if page is None:
+
+    def page(metadata: Mapping[str, Any] | None) -> Select[Any] | None:
+        return select_ids(
+            store.internals,
+            user=user,
+            metadata=metadata,
+            since=since,
+            until=until,
+            limit=limit,
+            offset=offset,
+            order=order,
+            descending=descending,
+        )
+
+    if page(metadata) is None:
         return []
 
     async def work(conn: AsyncConnection) -> list[ConversationInfo]:
-        ids = list((await conn.execute(page)).scalars())
+        found = page(await most_selective_first(conn, metadata) if metadata else None)
+        ids = [] if found is None else list((await conn.execute(found)).scalars())
         return await _details(store, conn, ids)
 
     return await store.internals.executor.run(work, mode="snapshot", action="list conversations")
@@ -345,14 +349,18 @@ async def count_conversations(
 
     Counting costs O(matching conversations), read from the same indexes.
     """
-    found = select_filtered(
-        store.internals, [func.count()], user=user, metadata=metadata, since=since, until=until
-    )
-    if found is None:
+
+    def counting(metadata: Mapping[str, Any] | None) -> Select[Any] | None:
+        found = select_filtered(
+            store.internals, [func.count()], user=user, metadata=metadata, since=since, until=until
+        )
+        return None if found is None else found[0]
+
+    if counting(metadata) is None:
         return 0
-    counting = found[0]
 
     async def work(conn: AsyncConnection) -> int:
-        return int((await conn.execute(counting)).scalar_one())
+        found = counting(await most_selective_first(conn, metadata) if metadata else None)
+        return 0 if found is None else int((await conn.execute(found)).scalar_one())
 
     return await store.internals.executor.run(work, mode="read", action="count conversations")

@@ -10,7 +10,18 @@ owned by the user ``adk-memory/<app>/<user>`` (parts percent-encoded, a hash whe
 - ``adk-memory/<app>/<user>/<session>``: the memories of one session, in event order;
 - ``adk-memory-loose/<app>/<user>``: events added without a session id;
 - ``adk-memories/<app>/<user>``: memories written with ``add_memory``, and the list
-  ``adk:deleted`` of the memory ids ``delete_memory`` removed (never added again).
+  ``adk:deleted`` of the memory ids ``delete_memory`` removed (never added again), each
+  also marked by a list of its own, ``adk:deleted:<sha256 of the id>``, so that an add
+  looks up only the ids it adds (the metadata key ``adk:deleted-marked`` counts the
+  items of ``adk:deleted`` marked so: an older version's deletions are marked on the
+  next add).
+
+``add_memory`` and ``add_events_to_memory`` write each memory under the idempotency key
+``adk-memory:<sha256 of its id>``, so a memory already stored is found by its key, not
+by reading the conversation; a conversation whose every memory was written so has the
+metadata key ``adk:keyed``. One without it (made by an older version, or by
+``add_session_to_memory``, which writes a session's memories together) is read whole
+to skip stored ids, as before.
 
 Each memory is one message ``{"role": "user" | "assistant", "content": <text>,
 "adk_memory": {"id", "author", "timestamp", "content", "custom_metadata"}}``: the
@@ -48,6 +59,7 @@ from ._adk_memory_records import (
     entry_memory,
     event_memory,
     fuse,
+    id_digest,
     json_safe,
     memory_meta,
     owner,
@@ -62,6 +74,8 @@ from ._adk_records import conversation_id
 __all__ = ["HiststoreMemoryService"]
 
 DELETED = "adk:deleted"
+MARKED = "adk:deleted-marked"
+KEYED = "adk:keyed"
 _BY = "adk:delete_memory"
 _RETRIES = 5
 
@@ -95,7 +109,8 @@ class HiststoreMemoryService(_StoreAdapter, BaseMemoryService):
     memory conversation hold one memory per event with text, in event order, writing
     only what is new (a session that grew appends; one whose stored memories no longer
     match, e.g. recreated under the same id, is replaced). ``add_events_to_memory`` and
-    ``add_memory`` skip ids already stored there. A ``MemoryEntry.id`` is the event's id
+    ``add_memory`` skip ids already stored there, looking up only the ids they add (see
+    the module; each memory is its own write). A ``MemoryEntry.id`` is the event's id
     (else a hash of author, time and content), its ``timestamp`` the event's time in
     ISO 8601 (UTC), and its ``custom_metadata`` holds ``session_id`` and ``event_id``.
 
@@ -200,23 +215,34 @@ class HiststoreMemoryService(_StoreAdapter, BaseMemoryService):
         meta: dict[str, Any],
     ) -> None:
         view = await self._view(app_name, user_id)
-        deleted = await self._deleted(view, app_name, user_id)
-        for _ in range(_RETRIES):
-            stored = await view.read(conversation)
-            have = deleted | {record_id(m.to_dict()) for m in stored}
-            new = unique(r for r in records if r[RECORD]["id"] not in have)
-            if not new:
-                return
+        records = unique(records)
+        gone = await self._deleted_of(view, app_name, user_id, [r[RECORD]["id"] for r in records])
+        records = [r for r in records if r[RECORD]["id"] not in gone]
+        if not records:
+            return
+        try:
+            keyed = (await view.metadata(conversation)).get(KEYED) is True
+            found = True
+        except NotFound:
+            keyed = found = False
+        if found and not keyed and await view.count(conversation):
+            if await _append_reading(view, conversation, records):
+                await self._embed(app_name, user_id, conversation)
+            return
+        for r in records:
+            # The key finds a memory stored before: confirmed if equal, a conflict if
+            # not (an id already stored is skipped either way).
             try:
-                # `at`: nobody appended since the read (else read again, skip what came).
-                await view.write(conversation, new, at=len(stored))
+                await view.write(
+                    conversation,
+                    [r],
+                    idempotency_key="adk-memory:" + id_digest(r[RECORD]["id"]),
+                    metadata=None if keyed else {**meta, KEYED: True},
+                )
             except ConflictError:
                 continue
-            if not stored:
-                await view.merge_metadata(conversation, meta)
-            await self._embed(app_name, user_id, conversation)
-            return
-        raise ConflictError(f"conversation {conversation!r} kept changing while adding memories")
+            keyed = True
+        await self._embed(app_name, user_id, conversation)
 
     # ------------------------------------------------------------------ searching
 
@@ -278,9 +304,9 @@ class HiststoreMemoryService(_StoreAdapter, BaseMemoryService):
         if not memory_id:
             return
         view = await self._view(app_name, user_id)
-        await view.list_append(
-            conversation_id("adk-memories", app_name, user_id), DELETED, [memory_id]
-        )
+        memories = conversation_id("adk-memories", app_name, user_id)
+        await view.list_append(memories, f"{DELETED}:{id_digest(memory_id)}", [memory_id])
+        await view.list_append(memories, DELETED, [memory_id])
         for conversation in await view.conversations():
             for _ in range(_RETRIES):
                 value = await view.edit(conversation)
@@ -310,6 +336,25 @@ class HiststoreMemoryService(_StoreAdapter, BaseMemoryService):
             return set()
         return {str(i) for i in ids}
 
+    async def _deleted_of(
+        self, view: Store, app_name: str, user_id: str, ids: list[str]
+    ) -> set[str]:
+        """Which of ``ids`` ``delete_memory`` removed, looked up one by one (first
+        marking the deletions listed since the last add, see the module)."""
+        memories = conversation_id("adk-memories", app_name, user_id)
+        try:
+            marked = (await view.metadata(memories)).get(MARKED, 0)
+            listed = await view.list_len(memories, DELETED)
+        except NotFound:
+            return set()
+        if not isinstance(marked, int) or isinstance(marked, bool) or marked > listed:
+            marked = 0
+        if marked < listed:
+            for i in await view.list_load(memories, DELETED, start=marked):
+                await view.list_append(memories, f"{DELETED}:{id_digest(str(i))}", [str(i)])
+            await view.merge_metadata(memories, {MARKED: listed})
+        return {i for i in ids if await view.list_len(memories, f"{DELETED}:{id_digest(i)}")}
+
     async def _embed(self, app_name: str, user_id: str, conversation: str) -> None:
         if self._semantic is not None:
             await self._semantic.scoped(owner(app_name, user_id)).update(conversation)
@@ -333,13 +378,36 @@ async def _sync(
         try:
             # `at=start` confirms the newest stored memory and appends the rest in one
             # transaction; a retry or a concurrent add of the same session confirms all.
-            outcome = await view.write(conversation, records[start:], at=start)
+            # Memories written together, not under their keys: no longer ``KEYED``.
+            outcome = await view.write(
+                conversation,
+                records[start:],
+                at=start,
+                metadata={**(meta if stored == 0 else {}), KEYED: None},
+            )
         except ConflictError:
             pass
         else:
-            if stored == 0:
-                await view.merge_metadata(conversation, meta)
             return (outcome.length or 0) > stored
     messages = tuple(Message.from_dict(r) for r in records)
     await view.save(ConversationState(conversation, messages=messages, metadata=meta))
     return True
+
+
+async def _append_reading(view: Store, conversation: str, records: list[dict[str, Any]]) -> bool:
+    """Append to a conversation holding memories not all written under their keys (see
+    the module) the ``records`` whose ids it does not hold, read from the whole
+    conversation; whether it wrote any."""
+    for _ in range(_RETRIES):
+        stored = await view.read(conversation)
+        have = {record_id(m.to_dict()) for m in stored}
+        new = unique(r for r in records if r[RECORD]["id"] not in have)
+        if not new:
+            return False
+        try:
+            # `at`: nobody appended since the read (else read again, skip what came).
+            await view.write(conversation, new, at=len(stored))
+        except ConflictError:
+            continue
+        return True
+    raise ConflictError(f"conversation {conversation!r} kept changing while adding memories")

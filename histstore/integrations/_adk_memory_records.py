@@ -185,3 +185,8 @@ def json_safe(values: Mapping[str, object]) -> dict[str, Any]:
     except (PydanticSerializationError, TypeError, ValueError) as exc:
         raise InvalidMessage("memory metadata cannot be stored as JSON") from exc
     return safe
+
+
+def id_digest(memory_id: str) -> str:
+    """A memory id as a fixed-length name part (ids may be long or hold any character)."""
+    return hashlib.sha256(memory_id.encode("utf-8", "surrogatepass")).hexdigest()

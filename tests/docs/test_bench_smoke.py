@@ -166,3 +166,30 @@ def test_quick_sqlite_inserts_run_times_every_shape_beside_raw(tmp_path: Path) -
         ("with the INSERT triggers", 8),
     ]
     assert all(r["median_us"] > 0 for r in res["rows"])
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_quick_growth_run_times_every_operation_at_two_sizes(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    pg_url = request.getfixturevalue("pg_url") if backend == "postgres" else None
+    lines, doc = run_quick("growth.py", tmp_path, pg_url)
+    rows = doc["results"][backend]["rows"]
+    names = {(r["axis"], r["op"]) for r in rows}
+    for expected in [
+        ("store", "conversations(metadata 3 keys)"),
+        ("store", "scoped: search(word)"),
+        ("store", "ADK list_sessions(user=me)"),
+        ("store", "cli ls --user me"),
+        ("history", "ADK add_memory(one)"),
+        ("history", "write + SemanticIndex.update(c)"),
+        ("history", "changes(since=rev-5, limit=5)"),
+        ("history", "cli show h --last 3"),
+        ("history", "LangGraph aget_tuple"),
+    ]:
+        assert expected in names
+    for r in rows:
+        assert r["small_us"] > 0
+        assert r["big_us"] > 0
+        assert r["sizes"][1] == 3 * r["sizes"][0]
+    assert any(line.startswith(f"{backend}: ") and "above 2.0x" in line for line in lines)

@@ -3,6 +3,7 @@ load_memory tool, on every backend."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -20,6 +21,7 @@ from google.adk.tools import load_memory
 from google.genai import types
 
 import histstore
+from histstore.integrations._adk_memory_records import entry_memory
 from histstore.integrations.adk import HiststoreMemoryService, HiststoreSessionService
 
 APP, USER = "diary-app", "ada"
@@ -334,3 +336,64 @@ async def test_a_semantic_index_finds_memories_by_meaning(store):
     assert "the other crimson thing" not in await found(memory, "crimson red")
     # Each add embedded the new memories only.
     assert await index.update() == 0
+
+
+# ---------------------------------------------------------------- adds by key
+
+
+def fact(text: str, memory_id: str | None = None) -> MemoryEntry:
+    return MemoryEntry(
+        id=memory_id,
+        content=types.Content(role="user", parts=[types.Part(text=text)]),
+        author="user",
+        timestamp="2026-01-01T00:00:00+00:00",
+    )
+
+
+async def test_adds_of_one_id_at_once_store_it_once(store):
+    memory = HiststoreMemoryService(store)
+    same = [fact("the gate code is 4711", "m1")]
+    await asyncio.gather(
+        *(memory.add_memory(app_name=APP, user_id=USER, memories=same) for _ in range(5))
+    )
+    # Another text under a stored id is skipped too, as is a repeat within one add.
+    await memory.add_memory(
+        app_name=APP, user_id=USER, memories=[fact("changed", "m1"), fact("new", "m2")] * 2
+    )
+    assert await stored(store) == {"adk-memories/diary-app/ada": ["the gate code is 4711", "new"]}
+
+
+async def test_what_an_older_version_stored_and_deleted_is_still_skipped(store):
+    memory = HiststoreMemoryService(store)
+    # As the previous version left them: memories written together (no keys, no
+    # adk:keyed) and a deleted id only in the adk:deleted list.
+    view = store.scoped("adk-memory/diary-app/ada")
+    older = [entry_memory(fact(t, f"old{i}"), {}) for i, t in enumerate(["tea", "jam", "eggs"])]
+    await view.write("adk-memories/diary-app/ada", older)
+    await view.list_append("adk-memories/diary-app/ada", "adk:deleted", ["gone1", "gone2"])
+    await memory.add_memory(
+        app_name=APP,
+        user_id=USER,
+        memories=[fact("again", "old1"), fact("back", "gone2"), fact("butter", "fresh")],
+    )
+    assert await stored(store) == {"adk-memories/diary-app/ada": ["tea", "jam", "eggs", "butter"]}
+    await memory.delete_memory(app_name=APP, user_id=USER, memory_id="fresh")
+    for _ in range(2):
+        await memory.add_memory(
+            app_name=APP, user_id=USER, memories=[fact("x", "gone1"), fact("y", "fresh")]
+        )
+    assert await stored(store) == {"adk-memories/diary-app/ada": ["tea", "jam", "eggs"]}
+
+
+async def test_events_after_a_whole_session_skip_what_the_session_stored(store):
+    memory = HiststoreMemoryService(store)
+    whole = session(["water the plants", "done", "and the garden"])
+    a, b, c = whole.events
+    await memory.add_events_to_memory(app_name=APP, user_id=USER, events=[a], session_id="s1")
+    await memory.add_session_to_memory(whole)  # appends b and c together, without keys
+    await memory.add_events_to_memory(
+        app_name=APP, user_id=USER, events=[a, b, c, event("new one", ts=T0 + 5)], session_id="s1"
+    )
+    assert await stored(store) == {
+        "adk-memory/diary-app/ada/s1": ["water the plants", "done", "and the garden", "new one"]
+    }

@@ -32,6 +32,8 @@ from sqlalchemy import (
     exists,
     func,
     literal_column,
+    not_,
+    or_,
     select,
     table,
     text,
@@ -97,6 +99,10 @@ search_pending = Table(
 )
 
 
+OWNER = bindparam("owner", type_=s.conversations.c.owner.type)
+"""The ``owner`` parameter of a scoped search."""
+
+
 def search(
     dialect: Dialect, scoped: bool, by_conversation: bool, fts: str = s.FTS_TABLE
 ) -> Select[Any]:
@@ -109,7 +115,8 @@ def search(
     ``search_vectors`` (``to_tsvector('simple', message_text)`` by entry id) plus the
     messages its pending list names, whose vectors are made here, ranked by
     ``ts_rank_cd`` (``_storage.search_index``); ties go by conversation and position.
-    ``fts``: the FTS5 table to search (SQLite).
+    A scoped search (``c``, ``owner``) starts from its scope when that is small
+    (``SCOPE_SET_MESSAGES``). ``fts``: the FTS5 table to search (SQLite).
     """
     msg, conv = s.messages, s.conversations
     conv_id = bindparam("c", type_=msg.c.conversation_id.type)
@@ -143,10 +150,8 @@ def search(
             vec.c.conversation_id,
             vec.c.entry_id,
             func.ts_rank_cd(vec.c.vector, query.c.q).label("score"),
-        ).where(
-            vec.c.vector.op("@@")(query.c.q),
-            ~exists().where(run_holds(vec.c.conversation_id, vec.c.entry_id)),
-        )
+        ).where(~exists().where(run_holds(vec.c.conversation_id, vec.c.entry_id)))
+        matching = vec.c.vector.op("@@")(query.c.q)
         listed_msg = msg.alias("listed")
         made = (
             select(func.to_tsvector(config, message_text(dialect, listed_msg)).label("vector"))
@@ -166,10 +171,27 @@ def search(
             )
             .where(made.c.vector.op("@@")(query.c.q))
         )
-        if by_conversation:
-            indexed = indexed.where(vec.c.conversation_id == conv_id)
-            listed = listed.where(pending.c.conversation_id == conv_id)
-        hits = union(indexed, listed).subquery("hits")
+        parts = [indexed.where(matching), listed]
+        if by_conversation or scoped:
+            if by_conversation:
+                inside = vec.c.conversation_id == conv_id
+                listed = listed.where(pending.c.conversation_id == conv_id)
+            else:
+                owned = select(conv.c.id).where(conv.c.owner == OWNER).scalar_subquery()
+                inside = vec.c.conversation_id.in_(owned)
+                listed = listed.where(pending.c.conversation_id.in_(owned))
+            # A small scope's vectors are read by key and matched one by one (the
+            # function form of @@, which no index serves): the GIN index would list
+            # every match of the store first. A large scope goes by the GIN index.
+            # Both parts are planned; a one-time condition runs one of them.
+            small = _small_scope(conv_id if by_conversation else None)
+            by_key = func.ts_match_vq(vec.c.vector, query.c.q)
+            parts = [
+                indexed.where(inside, by_key, small),
+                indexed.where(inside, matching, not_(small)),
+                listed,
+            ]
+        hits = union(*parts).subquery("hits")
         score = hits.c.score
         stmt = select(
             msg.c.conversation_id, msg.c.position, msg.c.data, msg.c.created_at, score
@@ -194,18 +216,71 @@ def search(
             )
             .where(name.op("MATCH")(bindparam("q", type_=Text)))
         )
+        if by_conversation or scoped:
+            # Unary plus: a condition of the scan, not a rowid to look up (the index's
+            # statistics would be gathered again for each).
+            match: ColumnElement[Any] = literal_column(f"+{fts}.rowid")
+            stmt = stmt.where(_in_small_scope(match, conv_id if by_conversation else None))
         best = rank.asc()
     if by_conversation:
         stmt = stmt.where(msg.c.conversation_id == conv_id)
     if scoped:
-        stmt = stmt.where(
-            exists().where(
-                conv.c.id == msg.c.conversation_id,
-                conv.c.owner == bindparam("owner", type_=conv.c.owner.type),
-            )
-        )
+        stmt = stmt.where(exists().where(conv.c.id == msg.c.conversation_id, conv.c.owner == OWNER))
     limit = bindparam("limit", type_=BigInteger)
     return stmt.order_by(best, msg.c.conversation_id, msg.c.position).limit(limit)
+
+
+SCOPE_SET_MESSAGES = 20_000
+"""A scoped search (``conversation=``, a view's owner) whose scope holds at most this
+many messages (in at most ``SCOPE_SET_CONVERSATIONS`` conversations) starts from the
+scope: on Postgres it reads the scope's vectors by key, on SQLite it checks each match
+against the set of the scope's rowids, built once, before reading its message row."""
+SCOPE_SET_CONVERSATIONS = 1_000
+
+
+def _in_small_scope(rowid: ColumnElement[Any], conversation: ColumnElement[Any] | None) -> Any:
+    """SQLite: the condition on a full-text match's ``rowid`` that keeps a small scope's
+    messages (``conversation``'s, else the owner's); true for a large scope.
+
+    FTS5's bm25 needs every match of the store for its statistics, so ranking walks the
+    store's matches whatever the scope; this condition makes that walk cheap for a small
+    scope: a match outside it costs a probe of the set, not a read of its message row
+    and conversation. A large scope skips the set (its building would cost more than
+    the matches) and is kept by the message-level conditions alone, as are all matches.
+    """
+    msg, conv = s.messages, s.conversations
+    inner = msg.alias("scope_m")
+    rowids: Select[Any] = select(literal_column("scope_m.rowid")).select_from(inner)
+    if conversation is not None:
+        rowids = rowids.where(inner.c.conversation_id == conversation)
+    else:
+        rowids = rowids.join(conv, conv.c.id == inner.c.conversation_id).where(
+            conv.c.owner == OWNER
+        )
+    return or_(not_(_small_scope(conversation)), rowid.in_(rowids))
+
+
+def _small_scope(conversation: ColumnElement[Any] | None) -> ColumnElement[bool]:
+    """Whether a search's scope is small (``SCOPE_SET_MESSAGES``): ``conversation``'s
+    length, else the owner's first ``SCOPE_SET_CONVERSATIONS`` + 1 conversations'
+    lengths (more conversations than that: large). ``NULL`` for a missing conversation.
+    Read by key, once per search."""
+    conv = s.conversations
+    most: ColumnElement[Any] = literal_column(str(SCOPE_SET_MESSAGES))
+    if conversation is not None:
+        return select(conv.c.length <= most).where(conv.c.id == conversation).scalar_subquery()
+    first = (
+        select(conv.c.length)
+        .where(conv.c.owner == OWNER)
+        .limit(literal_column(str(SCOPE_SET_CONVERSATIONS + 1)))
+        .subquery("scope_c")
+    )
+    return select(
+        and_(
+            func.count() <= literal_column(str(SCOPE_SET_CONVERSATIONS)),
+            func.coalesce(func.sum(first.c.length), literal_column("0")) <= most,
+        )
+    ).scalar_subquery()
 
 
 def search_terms(dialect: Dialect, terms: list[str]) -> Any:
