@@ -17,6 +17,7 @@ from ._errors import HistStoreError
 from ._storage import migrations as _migrations
 from ._storage.completion import run_to_completion
 from ._storage.dberrors import translate_errors
+from ._storage.deadlines import checked_limit, limit_from_url
 from ._storage.drivers import for_dialect
 from ._storage.engine import (
     POOLERS,
@@ -81,6 +82,7 @@ def connect(
     schema: str | None = None,
     read_only: bool = False,
     pooler: Pooler | None = None,
+    command_timeout: float | None = None,
 ) -> _Connecting:
     """Open a store. Await the result, or use it as an async context manager.
 
@@ -123,6 +125,15 @@ def connect(
             statement is parsed on every execution). ``None`` (default): a direct
             connection or a session-mode pooler. Not with an ``AsyncEngine``, which
             must be made for the pooler by its owner.
+        command_timeout: seconds after which each call is given up, on the client's
+            side, also when the server does not answer at all (``None``, the default:
+            no limit). A URL may carry it too (``?command_timeout=5``); this argument
+            wins. PostgreSQL: a read or any other call then raises ``DatabaseFailure``
+            (``transient``); a write raises ``WriteError``: nothing stored when it was
+            given up before committing, ``outcome.uncertain`` with the batch's
+            ``idempotency_key`` when it was given up while committing. SQLite: waits
+            for another writer's lock end by then (it caps ``busy_timeout``). See
+            docs/concurrency-and-durability.md.
 
     Raises:
         ValueError: the target or an option is not valid.
@@ -149,7 +160,11 @@ def connect(
             "schema must be a PostgreSQL identifier: a letter or _, then letters,"
             " digits, _ or $, at most 63 characters"
         )
+    limit = checked_limit(command_timeout)
     resolved = resolve_target(target)
+    if isinstance(resolved, URL):
+        resolved, in_url = limit_from_url(resolved)
+        limit = in_url if limit is None else limit
     if pooler not in POOLERS:
         raise ValueError("pooler must be None or 'transaction'")
     if pooler is not None:
@@ -169,6 +184,7 @@ def connect(
         "schema": schema,
         "read_only": bool(read_only),
         "pooler": pooler,
+        "command_timeout": limit,
     }
     return _Connecting(resolved, migrate, options)
 
@@ -185,9 +201,12 @@ async def _open(
     schema: str | None,
     read_only: bool,
     pooler: Pooler | None,
+    command_timeout: float | None,
 ) -> Store:
     resolved = resolve_target(target)
     owns = not isinstance(resolved, AsyncEngine)
+    if command_timeout is not None:
+        busy_timeout = min(busy_timeout, command_timeout)  # a lock or pool wait ends by then
     if (
         read_only
         and isinstance(resolved, URL)
@@ -214,6 +233,7 @@ async def _open(
         schema=schema,
         read_only=read_only,
         pooled=pooler is not None,
+        command_timeout=command_timeout,
     )
     try:
         for_dialect(engine.dialect, schema)  # ValueError: a driver or option it cannot run

@@ -37,11 +37,19 @@ class StoreSettings:
     pooled: bool = False
     """``connect(pooler="transaction")``: the server is reached through a transaction-mode
     pooler (see ``_storage.drivers.for_dialect``)."""
+    command_timeout: float | None = None
+    """``connect(command_timeout=...)``: seconds after which a call is given up
+    (``_storage.deadlines``)."""
 
     def executor(self, engine: AsyncEngine) -> Executor:
         """The executor of a store opened on ``engine`` with these settings."""
         return Executor(
-            engine, self.sqlite, self.schema, read_only=self.read_only, pooled=self.pooled
+            engine,
+            self.sqlite,
+            self.schema,
+            read_only=self.read_only,
+            pooled=self.pooled,
+            command_timeout=self.command_timeout,
         )
 
 

@@ -34,7 +34,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from .._errors import HistStoreError
-from .pg_driver import never_switch_jit
+from .pg_driver import close_without_waiting, never_switch_jit
 from .pg_url import normalize, split
 from .statements.kinds import is_sqlite
 
@@ -305,6 +305,8 @@ def make_engine(
         raise ValueError(f"cannot open {url.drivername} URL: {exc}") from None
     if pooler == "transaction":
         install_pooler_hooks(engine)
+    if url.get_backend_name() == "postgresql":
+        event.listen(engine.sync_engine, "close", close_without_waiting)
     return engine
 
 

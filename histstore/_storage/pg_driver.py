@@ -3,6 +3,7 @@ pooler, unnamed statements described once per connection."""
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -10,9 +11,16 @@ from typing import Any
 
 from sqlalchemy.engine import Dialect
 
+from .deadlines import ABANDON_PATIENCE
 from .drivers import CompiledStatement, Driver, Memo
 
-__all__ = ["PostgresDriver", "never_switch_jit"]
+__all__ = [
+    "PostgresDriver",
+    "abandon",
+    "cancel_requests",
+    "close_without_waiting",
+    "never_switch_jit",
+]
 
 
 class PostgresDriver(Driver):
@@ -95,6 +103,15 @@ class PostgresDriver(Driver):
             raise ConnectionError("connection closed")
         return bool(conn.is_in_transaction())
 
+    async def abandon(self, conn: Any) -> None:
+        await abandon(conn)
+
+    async def settle(self, conn: Any) -> bool:
+        # A statement cut off half way: the server may still be running it. Give the
+        # connection up without waiting for the server (it may not be answering).
+        await abandon(conn)
+        return False
+
     def closed(self, conn: Any) -> bool:
         # asyncpg reads its socket while idle, so it learns of a server's goodbye (a
         # shutdown, a restart, an idle timeout) before the connection is used again.
@@ -118,3 +135,41 @@ def never_switch_jit(conn: Any) -> None:
     caps: Any = getattr(conn, "_server_caps", None)
     if getattr(caps, "jit", False) and callable(getattr(caps, "_replace", None)):
         conn._server_caps = caps._replace(jit=False)  # noqa: SLF001 - asyncpg's, see above
+
+
+def cancel_requests(conn: Any) -> set[asyncio.Future[Any]]:
+    """The cancel requests an asyncpg connection is sending for a statement cut off
+    (asyncpg sends one on a new connection when the task awaiting a statement is
+    cancelled, and keeps the task in its private ``_cancellations``); an empty set
+    where that is missing (another asyncpg): the connection is then aborted at once
+    and the server learns of the cancellation only when it meets the closed socket."""
+    tasks: Any = getattr(conn, "_cancellations", None)
+    if not isinstance(tasks, set):
+        return set()
+    return {t for t in tasks if isinstance(t, asyncio.Future) and not t.done()}
+
+
+async def abandon(conn: Any, patience: float = ABANDON_PATIENCE) -> None:
+    """Give an asyncpg connection up without waiting for the server's goodbye: its
+    cancel request (``cancel_requests``) gets ``patience`` seconds to reach the
+    server, then the connection is aborted (``terminate()``, public). asyncpg's own
+    ``close()`` would wait for the cancel request and, before 0.32, without a limit, as
+    would SQLAlchemy's invalidation, which tries ``close()`` first (seconds on a server
+    that does not answer)."""
+    try:
+        pending = cancel_requests(conn)
+        if pending:
+            await asyncio.wait(pending, timeout=patience)
+    finally:
+        conn.terminate()
+
+
+def close_without_waiting(dbapi_connection: Any, record: Any) -> None:
+    """A pool event (``close``): end a connection the pool closes (at ``dispose()``,
+    an overflow connection given back) with ``terminate()``, which sends the server its
+    goodbye and aborts the socket, instead of asyncpg's ``close()``, which then waits
+    for the server to close its end, without a limit: forever on a server that does
+    not answer (``_storage.deadlines``)."""
+    conn = getattr(dbapi_connection, "driver_connection", None)
+    if conn is not None:
+        conn.terminate()
