@@ -436,7 +436,13 @@ class Executor:
         engine = self._engines[mode]
 
         async def attempt() -> T:
-            async with engine.begin() as conn, self._abandoned_if_cancelled(conn):
+            # Given up inside the work (before SQLAlchemy's ROLLBACK) and in its COMMIT.
+            async with (
+                engine.connect() as conn,
+                self._abandoned_if_cancelled(conn),
+                conn.begin(),
+                self._abandoned_if_cancelled(conn),
+            ):
                 return await work(conn)
 
         async def transaction() -> T:
@@ -464,6 +470,7 @@ class Executor:
         try:
             async with (
                 self._engines[mode].connect() as conn,
+                self._abandoned_if_cancelled(conn),
                 conn.begin(),
                 self._abandoned_if_cancelled(conn),
             ):
@@ -500,13 +507,18 @@ class Executor:
     @asynccontextmanager
     async def _abandoned_if_cancelled(self, conn: AsyncConnection) -> AsyncIterator[None]:
         """SQLAlchemy work on ``conn``: when it is cancelled, give the driver connection
-        up before SQLAlchemy tries to roll back on it (which waits for the server)."""
+        up and invalidate ``conn``, before SQLAlchemy would roll back on it (which waits
+        for the server)."""
         try:
             yield
         except asyncio.CancelledError:
-            raw = await conn.get_raw_connection()
-            if raw.driver_connection is not None:
-                await self.driver.abandon(raw.driver_connection)
+            # (SQLite's work is local and ends by itself; in memory, its one connection
+            # is the database.)
+            if self._sqlite is None and not conn.invalidated:
+                raw = await conn.get_raw_connection()
+                if raw.driver_connection is not None:
+                    await self.driver.abandon(raw.driver_connection)
+                await conn.invalidate()
             raise
 
 
