@@ -240,7 +240,11 @@ async def _open(
         install_hooks(engine)
         if migrate is not False:
             shown = display(resolved) if isinstance(resolved, URL) and not sqlite else None
-            await run_to_completion(_prepare_schema(engine, settings, migrate, shown))
+            # On PostgreSQL a cancelled open is cut off at once (``_storage.deadlines``):
+            # the server rolls back what it began.
+            grace = None if sqlite else 0.0
+            preparing = _prepare_schema(engine, settings, migrate, shown)
+            await run_to_completion(preparing, grace=grace)
     except BaseException:
         if owns:
             await engine.dispose()

@@ -435,23 +435,26 @@ class Executor:
             self.refuse_writes(action, conversation)
         engine = self._engines[mode]
 
-        async def attempt() -> T:
+        async def attempt(phase: Phase) -> T:
             # Given up inside the work (before SQLAlchemy's ROLLBACK) and in its COMMIT.
-            async with (
-                engine.connect() as conn,
-                self._abandoned_if_cancelled(conn),
-                conn.begin(),
-                self._abandoned_if_cancelled(conn),
-            ):
-                return await work(conn)
+            async with engine.connect() as conn, self._abandoned_if_cancelled(conn):
+                async with conn.begin():
+                    async with self._abandoned_if_cancelled(conn):
+                        value = await work(conn)
+                    phase.name = "commit"  # the block's end commits
+                phase.name = "done"
+                return value
 
         async def transaction() -> T:
+            phase = Phase()
             try:
-                return await self._limited(attempt())
+                return await self._limited(attempt(phase))
             except HistStoreError:
                 raise
             except DATABASE_ERRORS as exc:
-                raise failure(action, conversation, exc, "body") from exc
+                uncommitted = phase.name == "commit" and not_committed(exc)
+                name = "body" if mode != "write" or uncommitted else phase.name
+                raise failure(action, conversation, exc, name) from exc
 
         if mode != "write":
             return await run_to_completion(transaction(), grace=self._read_grace)

@@ -149,17 +149,42 @@ def cancel_requests(conn: Any) -> set[asyncio.Future[Any]]:
     return {t for t in tasks if isinstance(t, asyncio.Future) and not t.done()}
 
 
+CANCEL_LINGER = 60.0
+"""Seconds a cancel request not delivered when its connection is aborted may go on in
+the background (for a server that is stopped, not gone)."""
+
+_lingering: set[asyncio.Future[Any]] = set()
+"""Cancel requests going on after their connection was aborted (held here: the loop
+keeps only weak references to tasks)."""
+
+
+def _detach(conn: Any, requests: set[asyncio.Future[Any]]) -> None:
+    """Let ``requests`` go on after ``conn`` is aborted, up to ``CANCEL_LINGER``.
+
+    asyncpg cancels a connection's cancel requests when it is terminated; one cut off
+    while a pooler forwards it makes PgBouncer 1.18 exit ("bad client state"), dropping
+    every client, and one never delivered leaves the server running the statement."""
+    tasks: Any = getattr(conn, "_cancellations", None)
+    if isinstance(tasks, set):
+        tasks.difference_update(requests)
+    for request in requests:
+        _lingering.add(request)
+        request.add_done_callback(_lingering.discard)
+        asyncio.get_running_loop().call_later(CANCEL_LINGER, request.cancel)
+
+
 async def abandon(conn: Any, patience: float = ABANDON_PATIENCE) -> None:
     """Give an asyncpg connection up without waiting for the server's goodbye: its
-    cancel request (``cancel_requests``) gets ``patience`` seconds to reach the
-    server, then the connection is aborted (``terminate()``, public). asyncpg's own
-    ``close()`` would wait for the cancel request and, before 0.32, without a limit, as
-    would SQLAlchemy's invalidation, which tries ``close()`` first (seconds on a server
-    that does not answer)."""
+    cancel request (``cancel_requests``) gets ``patience`` seconds to reach the server
+    (and goes on in the background after, ``_detach``), then the connection is aborted
+    (``terminate()``, public). asyncpg's own ``close()`` would wait for the cancel
+    request and, before 0.32, without a limit, as would SQLAlchemy's invalidation,
+    which tries ``close()`` first (seconds on a server that does not answer)."""
     try:
         pending = cancel_requests(conn)
         if pending:
             await asyncio.wait(pending, timeout=patience)
+            _detach(conn, {t for t in pending if not t.done()})
     finally:
         conn.terminate()
 

@@ -12,21 +12,26 @@ stores it once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 import pytest
+from conftest import running_pgbouncer
 from helpers import new_id
 from pg_cluster import PASSWORD, Cluster, throwaway_cluster
 
 import histstore
 from histstore import DatabaseFailure, WriteError
 from histstore._storage.deadlines import GIVE_UP_BOUND
+from histstore._storage.pg_driver import abandon, cancel_requests
 
 pytestmark = pytest.mark.postgres
 
@@ -50,12 +55,39 @@ def cluster() -> Iterator[Cluster]:
         yield c
 
 
+@pytest.fixture(scope="module")
+def bouncer(cluster: Cluster) -> Iterator[str]:
+    """The cluster's database through a transaction-mode PgBouncer (which stays up while
+    the cluster is stopped, as a pooler in front of a hung host does)."""
+    with running_pgbouncer(url(cluster)) as through:
+        yield through
+
+
+@dataclass
+class Target:
+    """How a test reaches the cluster: directly, or through PgBouncer."""
+
+    url: str
+    options: dict[str, Any]
+
+    def connect(self, query: str = "", **options: Any) -> Any:
+        tail = f"?{query}" if query else ""
+        return histstore.connect(self.url + tail, migrate=True, **self.options, **options)
+
+
+@pytest.fixture(params=["direct", "pgbouncer"])
+def target(request: pytest.FixtureRequest, cluster: Cluster) -> Target:
+    if request.param == "direct":
+        return Target(url(cluster), {})
+    return Target(request.getfixturevalue("bouncer"), {"pooler": "transaction"})
+
+
 def one(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
 
-def url(cluster: Cluster, query: str = "") -> str:
-    return cluster.url(user="app", password=PASSWORD, database="app", query=query)
+def url(cluster: Cluster) -> str:
+    return cluster.url(user="app", password=PASSWORD, database="app")
 
 
 @contextmanager
@@ -120,10 +152,10 @@ async def warmed(store: histstore.Store, conversation: str) -> None:
 
 @pytest.mark.parametrize("call", CALLS)
 async def test_cancelled_call_returns_within_bound_on_a_silent_server(
-    cluster: Cluster, call: Call
+    cluster: Cluster, target: Target, call: Call
 ) -> None:
     conversation = new_id()
-    async with histstore.connect(url(cluster), migrate=True) as store:
+    async with target.connect() as store:
         await warmed(store, conversation)
         with paused(cluster):
             deadline = 0.5
@@ -139,10 +171,12 @@ async def test_cancelled_call_returns_within_bound_on_a_silent_server(
 
 
 @pytest.mark.parametrize("call", CALLS)
-async def test_command_timeout_gives_up_on_a_silent_server(cluster: Cluster, call: Call) -> None:
+async def test_command_timeout_gives_up_on_a_silent_server(
+    cluster: Cluster, target: Target, call: Call
+) -> None:
     conversation = new_id()
     limit = 0.5
-    async with histstore.connect(url(cluster, f"command_timeout={limit}"), migrate=True) as store:
+    async with target.connect(f"command_timeout={limit}") as store:
         await warmed(store, conversation)
         with paused(cluster):
             took, error = await ended_within(call(store, conversation), 30)
@@ -160,9 +194,9 @@ async def test_command_timeout_gives_up_on_a_silent_server(cluster: Cluster, cal
             assert error.transient
 
 
-async def test_write_stalled_in_commit_can_be_cancelled(cluster: Cluster) -> None:
+async def test_write_stalled_in_commit_can_be_cancelled(cluster: Cluster, target: Target) -> None:
     conversation = new_id()
-    async with histstore.connect(url(cluster), migrate=True) as store:
+    async with target.connect() as store:
         await warmed(store, conversation)
         async with stalled_commits(cluster):
             deadline = 1.0
@@ -178,11 +212,11 @@ async def test_write_stalled_in_commit_can_be_cancelled(cluster: Cluster) -> Non
 
 @pytest.mark.parametrize("key", [None, "k"], ids=["append", "key"])
 async def test_write_stalled_in_commit_is_uncertain_at_command_timeout(
-    cluster: Cluster, key: str | None
+    cluster: Cluster, target: Target, key: str | None
 ) -> None:
     conversation = new_id()
     limit = 1.0
-    async with histstore.connect(url(cluster), migrate=True, command_timeout=limit) as store:
+    async with target.connect(command_timeout=limit) as store:
         await warmed(store, conversation)
         async with stalled_commits(cluster):
             write = store.write(conversation, one("x"), idempotency_key=key)
@@ -201,13 +235,34 @@ async def test_write_stalled_in_commit_is_uncertain_at_command_timeout(
         assert [m.content for m in await store.read(conversation)] == ["a", "b", "x"]
 
 
-async def test_close_on_a_silent_server_returns_at_command_timeout(cluster: Cluster) -> None:
+async def test_close_on_a_silent_server_returns_at_command_timeout(
+    cluster: Cluster, target: Target
+) -> None:
     conversation = new_id()
     limit = 0.5
-    store = await histstore.connect(url(cluster), migrate=True, command_timeout=limit)
+    store = await target.connect(command_timeout=limit)
     await warmed(store, conversation)
     with paused(cluster):
         took, error = await ended_within(store.close(), 30)
     assert error is None
     assert took < limit + GIVE_UP_BOUND + MARGIN
     assert store.closed
+
+
+async def test_cancel_requests_of_this_asyncpg_are_seen(cluster: Cluster) -> None:
+    """The connection given up waits for its cancel request, through asyncpg's private
+    task set (``pg_driver.cancel_requests``); without it the fallback aborts at once."""
+    conn = await asyncpg.connect(url(cluster).replace("postgresql://", "postgres://"))
+    try:
+        sleeping = asyncio.ensure_future(conn.fetch("SELECT pg_sleep(30)"))
+        await asyncio.sleep(0.2)
+        sleeping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sleeping
+        assert cancel_requests(conn)
+        started = time.monotonic()
+        await abandon(conn)
+        assert time.monotonic() - started < 0.3 + MARGIN
+        assert conn.is_closed()
+    finally:
+        conn.terminate()
