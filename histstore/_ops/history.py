@@ -22,7 +22,6 @@ from .._editable.changes import Change
 from .._errors import ConflictError, HistStoreError, InvalidMessage, WriteError
 from .._storage import rows as _rows
 from .._storage.dberrors import DatabaseFailure
-from .._storage.deadlines import CallTimeout
 from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback, Step
 from .context import Context, not_found
 from .editing import stored_entries
@@ -195,15 +194,6 @@ class History:
         if exc.phase == "body":
             raise WriteError(
                 f"{exc}; nothing was stored", outcome=ZERO, idempotency_key=key
-            ) from exc.__cause__
-        if isinstance(exc.__cause__, CallTimeout):
-            # Given up while committing (the server was sent a cancel request, which it
-            # may answer by committing): asking now could answer before that happens.
-            raise WriteError(
-                f"{exc} while committing; the batch may or may not be stored: write the"
-                " same batch again with its idempotency_key",
-                outcome=WriteOutcome(0, True, None),
-                idempotency_key=key,
             ) from exc.__cause__
         length = await was_stored(self._ctx, conversation, key, exc)
         return WriteOutcome(n, False, length)
