@@ -22,6 +22,7 @@ without those options begins as it always did.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from .._errors import HistStoreError
-from .pg_driver import close_without_waiting, never_switch_jit
+from .pg_driver import abandon, close_without_waiting, never_switch_jit
 from .pg_url import normalize, split
 from .statements.kinds import is_sqlite
 
@@ -217,8 +218,17 @@ the catalog the first time a connection meets it."""
 
 async def _settle_pooled(conn: Any) -> None:
     """Make a new asyncpg connection change no session setting (see ``install_pooler_hooks``)."""
-    async with conn.transaction():
+    transaction = conn.transaction()
+    try:
+        await transaction.start()
         await conn.fetch(_TYPES_SQL)
+        await transaction.commit()
+    except asyncio.CancelledError:
+        # Its call was given up: closing the connection would first wait for the
+        # cancel request to be answered (seconds on a server that does not answer).
+        # (After an error the connection is closed unused, which rolls back.)
+        await abandon(conn)
+        raise
     never_switch_jit(conn)
 
 

@@ -197,4 +197,5 @@ def close_without_waiting(dbapi_connection: Any, record: Any) -> None:
     not answer (``_storage.deadlines``)."""
     conn = getattr(dbapi_connection, "driver_connection", None)
     if conn is not None:
+        _detach(conn, cancel_requests(conn))
         conn.terminate()
