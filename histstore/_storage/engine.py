@@ -35,7 +35,12 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from .._errors import HistStoreError
-from .pg_driver import abandon, close_without_waiting, never_switch_jit
+from .pg_driver import (
+    abandon,
+    close_without_waiting,
+    never_switch_jit,
+    terminate_without_waiting,
+)
 from .pg_url import normalize, split
 from .statements.kinds import is_sqlite
 
@@ -317,6 +322,8 @@ def make_engine(
         install_pooler_hooks(engine)
     if url.get_backend_name() == "postgresql":
         event.listen(engine.sync_engine, "close", close_without_waiting)
+        dialect: Any = engine.sync_engine.dialect  # this engine's own dialect object
+        dialect.do_terminate = terminate_without_waiting
     return engine
 
 

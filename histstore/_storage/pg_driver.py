@@ -20,6 +20,7 @@ __all__ = [
     "cancel_requests",
     "close_without_waiting",
     "never_switch_jit",
+    "terminate_without_waiting",
 ]
 
 
@@ -199,3 +200,12 @@ def close_without_waiting(dbapi_connection: Any, record: Any) -> None:
     if conn is not None:
         _detach(conn, cancel_requests(conn))
         conn.terminate()
+
+
+def terminate_without_waiting(dbapi_connection: Any) -> None:
+    """The dialect's ``do_terminate`` for the engines the store makes: SQLAlchemy ends a
+    connection it gives up (a failed or cancelled connect, an invalidation) by trying
+    asyncpg's ``close()`` first, which before asyncpg 0.32 waits without a limit for a
+    cancel request to be answered; this aborts it first (``close_without_waiting``)."""
+    close_without_waiting(dbapi_connection, None)
+    dbapi_connection.terminate()

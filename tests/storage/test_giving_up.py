@@ -95,10 +95,6 @@ def target(request: pytest.FixtureRequest, cluster: Cluster) -> Target:
     return Target(request.getfixturevalue("bouncer"), {"pooler": "transaction"})
 
 
-def asyncpg_version() -> tuple[int, ...]:
-    return tuple(int(part) for part in asyncpg.__version__.split(".")[:2])
-
-
 def one(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": text}]
 
@@ -292,11 +288,6 @@ async def test_concurrent_calls_in_groups_are_given_up_within_bound(
 ) -> None:
     """Reads and appends queued behind others go out as group statements; cancelled,
     each returns within the bound, and the groups they leave are given up."""
-    if target.options and asyncpg_version() < (0, 32):
-        pytest.xfail(
-            "known gap: through PgBouncer, asyncpg < 0.32 can hang in SQLAlchemy's"
-            " close of a connection opened while the server is silent"
-        )
     conversations = [new_id() for _ in range(8)]
     async with target.connect() as store:
         for conversation in conversations:
