@@ -14,6 +14,7 @@ import asyncio
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from types import TracebackType
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -507,22 +508,41 @@ class Executor:
         except asyncio.TimeoutError:
             raise CallTimeout(limit) from None
 
-    @asynccontextmanager
-    async def _abandoned_if_cancelled(self, conn: AsyncConnection) -> AsyncIterator[None]:
+    def _abandoned_if_cancelled(self, conn: AsyncConnection) -> _AbandonedIfCancelled:
         """SQLAlchemy work on ``conn``: when it is cancelled, give the driver connection
         up and invalidate ``conn``, before SQLAlchemy would roll back on it (which waits
-        for the server)."""
-        try:
-            yield
-        except asyncio.CancelledError:
-            # (SQLite's work is local and ends by itself; in memory, its one connection
-            # is the database.)
-            if self._sqlite is None and not conn.invalidated:
-                raw = await conn.get_raw_connection()
-                if raw.driver_connection is not None:
-                    await self.driver.abandon(raw.driver_connection)
-                await conn.invalidate()
-            raise
+        for the server). SQLite's work is local and ends by itself (and in memory its
+        one connection is the database): nothing there."""
+        return _AbandonedIfCancelled(None if self._sqlite is not None else self.driver, conn)
+
+
+class _AbandonedIfCancelled:
+    """See ``Executor._abandoned_if_cancelled`` (a class, not an async generator: see
+    ``_storage.lending``)."""
+
+    __slots__ = ("_conn", "_driver")
+
+    def __init__(self, driver: Driver | None, conn: AsyncConnection) -> None:
+        self._driver = driver
+        self._conn = conn
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        conn = self._conn
+        if self._driver is None or not isinstance(exc, asyncio.CancelledError):
+            return
+        if not conn.invalidated:
+            raw = await conn.get_raw_connection()
+            if raw.driver_connection is not None:
+                await self._driver.abandon(raw.driver_connection)
+            await conn.invalidate()
 
 
 def _rolled_back(program: Program[T]) -> Program[T]:
