@@ -17,6 +17,7 @@ from ._errors import HistStoreError
 from ._storage import migrations as _migrations
 from ._storage.completion import run_to_completion
 from ._storage.dberrors import translate_errors
+from ._storage.deadlines import checked_limit, limit_from_url
 from ._storage.drivers import for_dialect
 from ._storage.engine import (
     POOLERS,
@@ -86,6 +87,7 @@ def connect(
     pool_size: int | None = None,
     max_overflow: int | None = None,
     refused_wait: float | None = None,
+    command_timeout: float | None = None,
 ) -> _Connecting:
     """Open a store. Await the result, or use it as an async context manager.
 
@@ -142,6 +144,15 @@ def connect(
             ``connect()`` itself) fails with a transient ``DatabaseFailure`` whose
             ``__cause__`` is the driver's error. ``None``: the URL's
             ``?refused_wait=``, else 30. ``0`` fails at the first refusal.
+        command_timeout: seconds after which each call is given up, on the client's
+            side, also when the server does not answer at all (``None``, the default:
+            no limit). A URL may carry it too (``?command_timeout=5``); this argument
+            wins. PostgreSQL: a read or any other call then raises ``DatabaseFailure``
+            (``transient``); a write raises ``WriteError``: nothing stored when it was
+            given up before committing, ``outcome.uncertain`` with the batch's
+            ``idempotency_key`` when it was given up while committing. SQLite: waits
+            for another writer's lock end by then (it caps ``busy_timeout``). See
+            docs/concurrency-and-durability.md.
 
     Raises:
         ValueError: the target or an option is not valid.
@@ -168,7 +179,11 @@ def connect(
             "schema must be a PostgreSQL identifier: a letter or _, then letters,"
             " digits, _ or $, at most 63 characters"
         )
+    limit = checked_limit(command_timeout)
     resolved = resolve_target(target)
+    if isinstance(resolved, URL):
+        resolved, in_url = limit_from_url(resolved)
+        limit = in_url if limit is None else limit
     pool = _pool_options(resolved, checked(pool_size, max_overflow, refused_wait))
     if pooler not in POOLERS:
         raise ValueError("pooler must be None or 'transaction'")
@@ -190,6 +205,7 @@ def connect(
         "read_only": bool(read_only),
         "pooler": pooler,
         "pool": pool,
+        "command_timeout": limit,
     }
     return _Connecting(resolved, migrate, options)
 
@@ -227,9 +243,12 @@ async def _open(
     read_only: bool,
     pooler: Pooler | None,
     pool: PoolOptions,
+    command_timeout: float | None,
 ) -> Store:
     resolved = resolve_target(target)
     owns = not isinstance(resolved, AsyncEngine)
+    if command_timeout is not None:
+        busy_timeout = min(busy_timeout, command_timeout)  # a lock or pool wait ends by then
     if (
         read_only
         and isinstance(resolved, URL)
@@ -261,13 +280,18 @@ async def _open(
         pooled=pooler is not None,
         refused_wait=pool.wait,
         capacity=capacity(pool, sqlite=sqlite) if owns and not in_memory else None,
+        command_timeout=command_timeout,
     )
     try:
         for_dialect(engine.dialect, schema)  # ValueError: a driver or option it cannot run
         install_hooks(engine)
         if migrate is not False:
             shown = display(resolved) if isinstance(resolved, URL) and not sqlite else None
-            await run_to_completion(_prepare_schema(engine, settings, migrate, shown))
+            # On PostgreSQL a cancelled open is cut off at once (``_storage.deadlines``):
+            # the server rolls back what it began.
+            grace = None if sqlite else 0.0
+            preparing = _prepare_schema(engine, settings, migrate, shown)
+            await run_to_completion(preparing, grace=grace)
     except BaseException:
         if owns:
             await engine.dispose()

@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import closing
+from contextlib import closing, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -353,6 +353,14 @@ def pgbouncer_url(pg_url: str) -> Iterator[str]:
     fixture starts (as the ``postgres`` user when run as root: PgBouncer refuses root)
     on a free port, and stops after the session. Without a ``pgbouncer`` binary the
     PgBouncer cases are skipped, unless ``HISTSTORE_REQUIRE_POSTGRES`` is set."""
+    with running_pgbouncer(pg_url) as url:
+        yield url
+
+
+@contextmanager
+def running_pgbouncer(server_url: str) -> Iterator[str]:
+    """A transaction-mode PgBouncer in front of ``server_url``'s server (see
+    ``pgbouncer_url``), stopped at the end: the URL of the same database through it."""
     binary = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
     if binary is None:
         if REQUIRE_PG:
@@ -360,7 +368,7 @@ def pgbouncer_url(pg_url: str) -> Iterator[str]:
         pytest.skip("pgbouncer is not installed")
     directory = Path(tempfile.mkdtemp(prefix="histstore-pgbouncer-"))
     port = _free_port()
-    ini = _pgbouncer_ini(directory, pg_url, port)
+    ini = _pgbouncer_ini(directory, server_url, port)
     command = [binary, str(ini)]
     if os.geteuid() == 0:
         shutil.chown(directory, "postgres")
@@ -379,7 +387,9 @@ def pgbouncer_url(pg_url: str) -> Iterator[str]:
             except OSError:
                 time.sleep(0.05)
         yield (
-            make_url(pg_url).set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
+            make_url(server_url)
+            .set(host="127.0.0.1", port=port)
+            .render_as_string(hide_password=False)
         )
     finally:
         proc.terminate()

@@ -44,6 +44,9 @@ class StoreSettings:
     capacity: int | None = None
     """The most connections the store's pool holds (``pool_size + max_overflow``) when
     ``connect()`` made its engine; ``None`` for a borrowed engine or in memory."""
+    command_timeout: float | None = None
+    """``connect(command_timeout=...)``: seconds after which a call is given up
+    (``_storage.deadlines``)."""
 
     def executor(self, engine: AsyncEngine) -> Executor:
         """The executor of a store opened on ``engine`` with these settings."""
@@ -55,6 +58,7 @@ class StoreSettings:
             pooled=self.pooled,
             refused_wait=self.refused_wait,
             capacity=self.capacity,
+            command_timeout=self.command_timeout,
         )
 
 

@@ -24,6 +24,7 @@ from .._core.models import WriteOutcome
 from .._errors import HistStoreError, WriteError
 from .._storage import rows as _rows
 from .._storage.dberrors import DatabaseFailure
+from .._storage.deadlines import CallTimeout
 from .._storage.drivers import FETCH, Program
 from .context import Context
 
@@ -43,9 +44,14 @@ async def was_stored(
     Raises:
         WriteError: ``accepted=0, uncertain=False`` when the batch is not stored and
             never will be (its key is claimed); ``uncertain=True`` when the database
-            cannot be asked, or the lost write's transaction outlasts ``PATIENCE``.
-            Either way its ``__context__`` is ``failure``, the failure its message names.
+            cannot be asked, the lost write's transaction outlasts ``PATIENCE``, or the
+            write was given up at ``command_timeout`` (``_storage.deadlines``). Either
+            way its ``__context__`` is ``failure``, the failure its message names.
     """
+    if isinstance(failure.__cause__, CallTimeout):
+        # Given up at command_timeout: the server was sent a cancel request, which it
+        # may answer by committing, so asking now could answer before that happens.
+        raise _uncertain(failure, key, "it was given up before the answer came")
     settled: tuple[bool, int | None] | None
     try:
         settled = await ctx.executor.write(
@@ -60,14 +66,9 @@ async def was_stored(
     if settled is None:
         # Raised outside the handler, so that the error's ``__context__`` is the commit's
         # failure its message names, not the settling read's (whose SQLSTATE differs).
-        error = WriteError(
-            f"{failure} while committing, and the database could not be asked whether the"
-            " batch was stored; write the same batch again with its idempotency_key",
-            outcome=WriteOutcome(0, True, None),
-            idempotency_key=key,
+        raise _uncertain(
+            failure, key, "the database could not be asked whether the batch was stored"
         )
-        error.__context__ = failure
-        raise error from failure.__cause__
     stored, length = settled
     if not stored:
         raise WriteError(
@@ -93,3 +94,18 @@ def _settle(ctx: Context, conversation: str, key: str) -> Program[tuple[bool, in
     if digest == _rows.CLAIMED:  # claimed when an earlier write under the key was settled
         return False, None
     return True, None if length is None else int(length)
+
+
+def _uncertain(failure: DatabaseFailure, key: str, why: str) -> WriteError:
+    """The error of a write that may or may not be stored (``why`` nobody knows), with
+    ``failure`` as its ``__context__`` and the driver's error as its ``__cause__``."""
+    error = WriteError(
+        f"{failure} while committing, and {why}; write the same batch again with its"
+        " idempotency_key",
+        outcome=WriteOutcome(0, True, None),
+        idempotency_key=key,
+    )
+    error.__context__ = failure
+    error.__cause__ = failure.__cause__  # as ``raise error from failure.__cause__``
+    error.__suppress_context__ = True
+    return error

@@ -52,7 +52,8 @@ class AppendGroups(StatementGroups):
         """Append as ``one`` with ``params`` would (the rows it returns), alone or in a
         group statement ``group`` (``None``: always alone). A writer cancelled while
         queued leaves nothing done; once its group is sent, the caller sees its
-        ``CancelledError`` after the group ends."""
+        ``CancelledError`` after the group ends, or ``deadlines.WRITE_GRACE`` later
+        (the group is given up once all its writers are gone)."""
         return await self.submit(one, group, params, action, params["c"])
 
     def _admits(self, member: Member, taken: list[Member]) -> bool:

@@ -332,6 +332,11 @@ class Driver:
         """Whether the driver already knows the connection is gone (no round trip)."""
         return False
 
+    async def abandon(self, conn: Any) -> None:
+        """Give ``conn`` up after a call on it was cut off, within
+        ``_storage.deadlines.ABANDON_PATIENCE``, before it is invalidated; nothing
+        here (a local database's connection closes without waiting for anyone)."""
+
     async def settle(self, conn: Any) -> bool:
         """After a caller was cancelled during a call on ``conn``: wait until that call
         has ended; whether ``conn`` may then be reused. ``False`` here: a call cut off

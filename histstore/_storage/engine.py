@@ -22,6 +22,7 @@ without those options begins as it always did.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 from dataclasses import dataclass
@@ -34,7 +35,12 @@ from sqlalchemy.exc import ArgumentError, DisconnectionError, NoSuchModuleError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from .._errors import HistStoreError
-from .pg_driver import never_switch_jit
+from .pg_driver import (
+    abandon,
+    close_without_waiting,
+    never_switch_jit,
+    terminate_without_waiting,
+)
 from .pg_url import multi_host, normalize, split
 from .pool_options import PoolOptions, pool_arguments
 from .sqlite_files import create_private
@@ -219,8 +225,17 @@ the catalog the first time a connection meets it."""
 
 async def _settle_pooled(conn: Any) -> None:
     """Make a new asyncpg connection change no session setting (see ``install_pooler_hooks``)."""
-    async with conn.transaction():
+    transaction = conn.transaction()
+    try:
+        await transaction.start()
         await conn.fetch(_TYPES_SQL)
+        await transaction.commit()
+    except asyncio.CancelledError:
+        # Its call was given up: closing the connection would first wait for the
+        # cancel request to be answered (seconds on a server that does not answer).
+        # (After an error the connection is closed unused, which rolls back.)
+        await abandon(conn)
+        raise
     never_switch_jit(conn)
 
 
@@ -320,6 +335,9 @@ def make_engine(
         install_pooler_hooks(engine)
     if url.get_backend_name() == "postgresql":
         event.listen(engine.sync_engine.pool, "checkout", _drop_closed)
+        event.listen(engine.sync_engine, "close", close_without_waiting)
+        dialect: Any = engine.sync_engine.dialect  # this engine's own dialect object
+        dialect.do_terminate = terminate_without_waiting
     return engine
 
 

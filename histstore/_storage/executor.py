@@ -11,8 +11,10 @@ own, refuses work with a ``HistStoreError`` before touching a connection.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from types import TracebackType
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -25,6 +27,7 @@ from .append_groups import IN_FLIGHT, AppendGroups, statement_sender
 from .completion import run_to_completion
 from .connections import ConnectionCache, release_connections
 from .dberrors import DATABASE_ERRORS, DatabaseFailure, connection_lost, failure, not_committed
+from .deadlines import WRITE_GRACE, CallTimeout
 from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_dialect
 from .engine import SETTINGS_OPTION, SqliteSettings, is_memory_url
 from .group_commit import GroupCommit
@@ -60,8 +63,16 @@ class Executor:
         pooled: bool = False,
         refused_wait: float = DEFAULT_REFUSED_WAIT,
         capacity: int | None = None,
+        command_timeout: float | None = None,
     ) -> None:
         self.dialect = engine.dialect
+        # PostgreSQL: every call is given up within ``deadlines.GIVE_UP_BOUND`` of its
+        # caller's cancellation or ``command_timeout``, also when the server is silent.
+        # SQLite works in this process: its calls run to their end (``busy_timeout``
+        # bounds their waits, and ``connect()`` caps it at ``command_timeout``).
+        self._limit = command_timeout if sqlite is None else None
+        self._write_grace = WRITE_GRACE if sqlite is None else None
+        self._read_grace = 0.0 if sqlite is None else None
         self.read_only = read_only
         """Every write transaction is refused (``connect(read_only=True)``)."""
         self._in_memory = is_memory_url(engine.url)
@@ -279,7 +290,12 @@ class Executor:
         """
         self.check()
         if group is not None:
-            return await self._reads.submit(stmt, group, params, action, conversation)
+            try:
+                return await self._limited(
+                    self._reads.submit(stmt, group, params, action, conversation)
+                )
+            except CallTimeout as exc:
+                raise failure(action, conversation, exc, "body") from exc
 
         async def run() -> Sequence[Any]:
             for again in (True, False):
@@ -294,8 +310,11 @@ class Executor:
                     raise failure(action, conversation, exc, "body") from exc
             raise AssertionError("unreachable")
 
-        async with self._reading:
-            return await (run_to_completion(run()) if self._in_memory else run())
+        try:
+            async with self._reading:
+                return await (run_to_completion(run()) if self._in_memory else self._limited(run()))
+        except CallTimeout as exc:
+            raise failure(action, conversation, exc, "body") from exc
 
     async def write(
         self,
@@ -320,15 +339,16 @@ class Executor:
         self.check()
         self.refuse_writes(action, conversation)
 
+        async def attempt(phase: Phase) -> T | Rollback[T]:
+            async with self._connection(self._statement_writes if single else None) as conn:
+                if single:
+                    phase.name = "commit"  # its own commit, from the moment it is sent
+                return await self.driver.run(conn, program, phase, begin=not single, end=not single)
+
         async def run() -> T:
             phase = Phase()
             try:
-                async with self._connection(self._statement_writes if single else None) as conn:
-                    if single:
-                        phase.name = "commit"  # its own commit, from the moment it is sent
-                    value = await self.driver.run(
-                        conn, program, phase, begin=not single, end=not single
-                    )
+                value = await self._limited(attempt(phase))
                 phase.name = "done"
             except DATABASE_ERRORS as exc:
                 # A server that answered with an error (a cancelled statement, a refused
@@ -348,7 +368,7 @@ class Executor:
         else:
             # Waiting for the write turn can be cancelled; the transaction, once begun, ends.
             async with self._writing(action, conversation):
-                value = await run_to_completion(run())
+                value = await run_to_completion(run(), grace=self._write_grace)
         if lists:
             self.listed(lists)
         return value
@@ -379,19 +399,22 @@ class Executor:
         write lock and is rolled back at its end; return its value."""
         self.check()
 
+        async def attempt() -> T | Rollback[T]:
+            async with self._connection() as conn:
+                return await self.driver.run(
+                    conn, _rolled_back(program), Phase(), begin=True, end=True, snapshot=True
+                )
+
         async def run() -> T:
             try:
-                async with self._connection() as conn:
-                    value = await self.driver.run(
-                        conn, _rolled_back(program), Phase(), begin=True, end=True, snapshot=True
-                    )
+                value = await self._limited(attempt())
             except DATABASE_ERRORS as exc:
                 raise failure(action, conversation, exc, "body") from exc
             assert isinstance(value, Rollback)
             return value.value
 
         async with self._reading:
-            return await run_to_completion(run())
+            return await run_to_completion(run(), grace=self._read_grace)
 
     @asynccontextmanager
     async def transaction(self, *, action: str) -> AsyncIterator[Transaction]:
@@ -405,8 +428,11 @@ class Executor:
                 tx = Transaction(self.driver, conn, self.listed)
                 try:
                     yield tx
-                except BaseException:
-                    if tx.begun:
+                except BaseException as exc:
+                    # Cancelled on Postgres: the connection is given up (the server may
+                    # not answer a ROLLBACK), which rolls the transaction back.
+                    gave_up = isinstance(exc, asyncio.CancelledError) and self._sqlite is None
+                    if tx.begun and not gave_up:
                         try:
                             if self.driver.in_transaction(conn):
                                 await self.driver.execute_sql(conn, "ROLLBACK")
@@ -432,19 +458,31 @@ class Executor:
             self.refuse_writes(action, conversation)
         engine = self._engines[mode]
 
+        async def attempt(phase: Phase) -> T:
+            # Given up inside the work (before SQLAlchemy's ROLLBACK) and in its COMMIT.
+            async with self._core(engine) as conn, self._abandoned_if_cancelled(conn):
+                async with conn.begin():
+                    async with self._abandoned_if_cancelled(conn):
+                        value = await work(conn)
+                    phase.name = "commit"  # the block's end commits
+                phase.name = "done"
+                return value
+
         async def transaction() -> T:
+            phase = Phase()
             try:
-                async with self._core(engine) as conn, conn.begin():
-                    return await work(conn)
+                return await self._limited(attempt(phase))
             except HistStoreError:
                 raise
             except DATABASE_ERRORS as exc:
-                raise failure(action, conversation, exc, "body") from exc
+                uncommitted = phase.name == "commit" and not_committed(exc)
+                name = "body" if mode != "write" or uncommitted else phase.name
+                raise failure(action, conversation, exc, name) from exc
 
         if mode != "write":
-            return await run_to_completion(transaction())
+            return await run_to_completion(transaction(), grace=self._read_grace)
         async with self._writing(action, conversation):
-            value = await run_to_completion(transaction())
+            value = await run_to_completion(transaction(), grace=self._write_grace)
         self.listed()
         return value
 
@@ -456,7 +494,12 @@ class Executor:
         if mode == "write":
             self.refuse_writes(action, None)
         try:
-            async with self._core(self._engines[mode]) as conn, conn.begin():
+            async with (
+                self._core(self._engines[mode]) as conn,
+                self._abandoned_if_cancelled(conn),
+                conn.begin(),
+                self._abandoned_if_cancelled(conn),
+            ):
                 yield conn
             if mode == "write":
                 self.listed()
@@ -464,6 +507,64 @@ class Executor:
             raise
         except DATABASE_ERRORS as exc:
             raise failure(action, None, exc, "body") from exc
+
+    # ------------------------------------------------------------------ giving up
+
+    async def _limited(self, work: Awaitable[T]) -> T:
+        """``await work``, given up after the store's ``command_timeout`` (PostgreSQL):
+        then ``CallTimeout``, once the work's connection is given up (``Driver.abandon``)."""
+        limit = self._limit
+        if limit is None:
+            return await work
+        if sys.version_info >= (3, 11):
+            scope = asyncio.timeout(limit)
+            try:
+                async with scope:
+                    return await work
+            except TimeoutError:
+                if scope.expired():
+                    raise CallTimeout(limit) from None
+                raise
+        try:
+            return await asyncio.wait_for(work, limit)
+        except asyncio.TimeoutError:
+            raise CallTimeout(limit) from None
+
+    def _abandoned_if_cancelled(self, conn: AsyncConnection) -> _AbandonedIfCancelled:
+        """SQLAlchemy work on ``conn``: when it is cancelled, give the driver connection
+        up and invalidate ``conn``, before SQLAlchemy would roll back on it (which waits
+        for the server). SQLite's work is local and ends by itself (and in memory its
+        one connection is the database): nothing there."""
+        return _AbandonedIfCancelled(None if self._sqlite is not None else self.driver, conn)
+
+
+class _AbandonedIfCancelled:
+    """See ``Executor._abandoned_if_cancelled`` (a class, not an async generator: see
+    ``_storage.lending``)."""
+
+    __slots__ = ("_conn", "_driver")
+
+    def __init__(self, driver: Driver | None, conn: AsyncConnection) -> None:
+        self._driver = driver
+        self._conn = conn
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        conn = self._conn
+        if self._driver is None or not isinstance(exc, asyncio.CancelledError):
+            return
+        if not conn.invalidated:
+            raw = await conn.get_raw_connection()
+            if raw.driver_connection is not None:
+                await self._driver.abandon(raw.driver_connection)
+            await conn.invalidate()
 
 
 def _rolled_back(program: Program[T]) -> Program[T]:

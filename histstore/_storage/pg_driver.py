@@ -3,6 +3,7 @@ pooler, unnamed statements described once per connection."""
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -11,9 +12,17 @@ from typing import Any
 from sqlalchemy.engine import Dialect
 
 from .dberrors import READ_ONLY_SQLSTATE, mark_hot_standby
+from .deadlines import ABANDON_PATIENCE
 from .drivers import CompiledStatement, Driver, Memo
 
-__all__ = ["PostgresDriver", "never_switch_jit"]
+__all__ = [
+    "PostgresDriver",
+    "abandon",
+    "cancel_requests",
+    "close_without_waiting",
+    "never_switch_jit",
+    "terminate_without_waiting",
+]
 
 
 class PostgresDriver(Driver):
@@ -104,6 +113,15 @@ class PostgresDriver(Driver):
             raise ConnectionError("connection closed")
         return bool(conn.is_in_transaction())
 
+    async def abandon(self, conn: Any) -> None:
+        await abandon(conn)
+
+    async def settle(self, conn: Any) -> bool:
+        # A statement cut off half way: the server may still be running it. Give the
+        # connection up without waiting for the server (it may not be answering).
+        await abandon(conn)
+        return False
+
     def closed(self, conn: Any) -> bool:
         # asyncpg reads its socket while idle, so it learns of a server's goodbye (a
         # shutdown, a restart, an idle timeout) before the connection is used again.
@@ -141,3 +159,76 @@ def never_switch_jit(conn: Any) -> None:
     caps: Any = getattr(conn, "_server_caps", None)
     if getattr(caps, "jit", False) and callable(getattr(caps, "_replace", None)):
         conn._server_caps = caps._replace(jit=False)  # noqa: SLF001 - asyncpg's, see above
+
+
+def cancel_requests(conn: Any) -> set[asyncio.Future[Any]]:
+    """The cancel requests an asyncpg connection is sending for a statement cut off
+    (asyncpg sends one on a new connection when the task awaiting a statement is
+    cancelled, and keeps the task in its private ``_cancellations``); an empty set
+    where that is missing (another asyncpg): the connection is then aborted at once
+    and the server learns of the cancellation only when it meets the closed socket."""
+    tasks: Any = getattr(conn, "_cancellations", None)
+    if not isinstance(tasks, set):
+        return set()
+    return {t for t in tasks if isinstance(t, asyncio.Future) and not t.done()}
+
+
+CANCEL_LINGER = 60.0
+"""Seconds a cancel request not delivered when its connection is aborted may go on in
+the background (for a server that is stopped, not gone)."""
+
+_lingering: set[asyncio.Future[Any]] = set()
+"""Cancel requests going on after their connection was aborted (held here: the loop
+keeps only weak references to tasks)."""
+
+
+def _detach(conn: Any, requests: set[asyncio.Future[Any]]) -> None:
+    """Let ``requests`` go on after ``conn`` is aborted, up to ``CANCEL_LINGER``.
+
+    asyncpg cancels a connection's cancel requests when it is terminated; one cut off
+    while a pooler forwards it makes PgBouncer 1.18 exit ("bad client state"), dropping
+    every client, and one never delivered leaves the server running the statement."""
+    tasks: Any = getattr(conn, "_cancellations", None)
+    if isinstance(tasks, set):
+        tasks.difference_update(requests)
+    for request in requests:
+        _lingering.add(request)
+        request.add_done_callback(_lingering.discard)
+        asyncio.get_running_loop().call_later(CANCEL_LINGER, request.cancel)
+
+
+async def abandon(conn: Any, patience: float = ABANDON_PATIENCE) -> None:
+    """Give an asyncpg connection up without waiting for the server's goodbye: its
+    cancel request (``cancel_requests``) gets ``patience`` seconds to reach the server
+    (and goes on in the background after, ``_detach``), then the connection is aborted
+    (``terminate()``, public). asyncpg's own ``close()`` would wait for the cancel
+    request and, before 0.32, without a limit, as would SQLAlchemy's invalidation,
+    which tries ``close()`` first (seconds on a server that does not answer)."""
+    try:
+        pending = cancel_requests(conn)
+        if pending:
+            await asyncio.wait(pending, timeout=patience)
+            _detach(conn, {t for t in pending if not t.done()})
+    finally:
+        conn.terminate()
+
+
+def close_without_waiting(dbapi_connection: Any, record: Any) -> None:
+    """A pool event (``close``): end a connection the pool closes (at ``dispose()``,
+    an overflow connection given back) with ``terminate()``, which sends the server its
+    goodbye and aborts the socket, instead of asyncpg's ``close()``, which then waits
+    for the server to close its end, without a limit: forever on a server that does
+    not answer (``_storage.deadlines``)."""
+    conn = getattr(dbapi_connection, "driver_connection", None)
+    if conn is not None:
+        _detach(conn, cancel_requests(conn))
+        conn.terminate()
+
+
+def terminate_without_waiting(dbapi_connection: Any) -> None:
+    """The dialect's ``do_terminate`` for the engines the store makes: SQLAlchemy ends a
+    connection it gives up (a failed or cancelled connect, an invalidation) by trying
+    asyncpg's ``close()`` first, which before asyncpg 0.32 waits without a limit for a
+    cancel request to be answered; this aborts it first (``close_without_waiting``)."""
+    close_without_waiting(dbapi_connection, None)
+    dbapi_connection.terminate()

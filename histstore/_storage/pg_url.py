@@ -30,7 +30,9 @@ order, keeping the first that ``target_session_attrs`` accepts.
 
 ``host`` (SQLAlchemy's multi-host and socket-directory form) and
 ``prepared_statement_cache_size`` (SQLAlchemy's asyncpg setting) are SQLAlchemy's own and
-stay in the URL. Anything else is a ``ValueError`` naming it. SQLite URLs are not touched.
+stay in the URL. ``command_timeout`` is histstore's own (``connect()`` takes it out of
+the URL; ``split`` drops it). Anything else is a ``ValueError`` naming it. SQLite URLs
+are not touched.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ SESSION_ATTRS = ("any", "read-write", "read-only", "primary", "standby", "prefer
 _TLS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword")
 _LIBPQ = (*_TLS, "connect_timeout", "application_name", "options", "target_session_attrs")
 _SQLALCHEMY = ("host", "prepared_statement_cache_size")
-SUPPORTED = (*_LIBPQ, "password", *_SQLALCHEMY, *URL_PARAMS)
+_STORE = ("command_timeout",)  # histstore's own (``_storage.deadlines``), not asyncpg's
+SUPPORTED = (*_LIBPQ, "password", *_SQLALCHEMY, *URL_PARAMS, *_STORE)
 """Every query parameter a ``postgresql://`` URL may carry."""
 _SECRET = ("sslpassword",)
 _HIDDEN = "***"
@@ -186,7 +189,7 @@ def split(url: URL, given: Mapping[str, Any] | None = None) -> tuple[URL, dict[s
         args["target_session_attrs"] = _one(url, "target_session_attrs")
     if "server_settings" in args and "server_settings" in merged:
         merged["server_settings"] = {**args["server_settings"], **merged["server_settings"]}
-    return url.difference_update_query((*_LIBPQ, *URL_PARAMS)), {**args, **merged}
+    return url.difference_update_query((*_LIBPQ, *URL_PARAMS, *_STORE)), {**args, **merged}
 
 
 def display(url: URL) -> str:

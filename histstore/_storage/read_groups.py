@@ -14,7 +14,8 @@ Each member gets exactly the rows its own statement would have given, from a sta
 sent after its call began, so it sees every write acknowledged before. A group that
 fails is not reported as a whole: each member then sends its own read (a read changes
 nothing, so sending it again is safe) and meets its own outcome. A reader cancelled
-while queued leaves the queue; one cancelled after its group was sent stops waiting.
+while queued leaves the queue; one cancelled after its group was sent stops waiting,
+and a group all of whose readers stopped waiting is given up (``_storage.deadlines``).
 """
 
 from __future__ import annotations

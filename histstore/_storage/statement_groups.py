@@ -15,10 +15,11 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .completion import end_all, finish_then_cancel
+from .deadlines import WRITE_GRACE
 from .drivers import CompiledStatement
 
 __all__ = [
@@ -62,6 +63,12 @@ class Member:
     conversation: str | None
     done: asyncio.Future[Rows | Again]
     started: bool = False
+    gone: bool = False
+    """Its caller stopped waiting once the group was sent."""
+    sending: asyncio.Task[None] | None = None
+    """The task sending its group."""
+    peers: list[Member] = field(default_factory=list)
+    """The members of its group (itself included), once sent."""
 
 
 class StatementGroups:
@@ -103,8 +110,10 @@ class StatementGroups:
         except asyncio.CancelledError:
             if not member.started:
                 self._queue.remove(member)
-            elif self._to_end:
-                await finish_then_cancel(done)
+            else:
+                if self._to_end:
+                    await finish_then_cancel(done, WRITE_GRACE)
+                self._leave(member)
             raise
         if isinstance(rows, Again):
             return await self._send(one, params, action, conversation)
@@ -122,6 +131,18 @@ class StatementGroups:
             task = asyncio.ensure_future(self._run(group))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+            for member in group:
+                member.sending, member.peers = task, group
+
+    @staticmethod
+    def _leave(member: Member) -> None:
+        """``member``'s caller stopped waiting for its sent group (cancelled; a write
+        after ``WRITE_GRACE``): once every member has, the group is given up
+        (``_storage.deadlines``), so that nothing waits on a server that does not answer."""
+        member.gone = True
+        task = member.sending
+        if task is not None and not task.done() and all(m.gone for m in member.peers):
+            task.cancel()
 
     def _admits(self, member: Member, taken: list[Member]) -> bool:
         """Whether ``member`` joins the group being taken (``taken``, not empty, holds
