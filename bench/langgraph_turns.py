@@ -8,10 +8,11 @@ written through the saver's own ``aput`` into a database of its own, and its siz
 that database's growth (SQLite: the file after ``VACUUM``; PostgreSQL: the saver's
 tables after ``VACUUM FULL``), divided by the turns. The read is ``aget_tuple`` of the
 thread's newest checkpoint (what LangGraph does before each run), the median of
-``--reads`` reads, with the objects the process held before set aside from the garbage
-collector (``gc.freeze``) for both savers alike. LangGraph's own savers
-(``AsyncSqliteSaver``, ``AsyncPostgresSaver``) store every checkpoint's whole list, so
-their storage grows with the square of the turns: they run up to 500 turns.
+``--reads`` reads made by a fresh process that opens the database and reads the thread
+with a new saver, as an application starting a run would (the writing process's
+objects would otherwise weigh on the reads through the garbage collector). LangGraph's
+own savers (``AsyncSqliteSaver``, ``AsyncPostgresSaver``) store every checkpoint's whole
+list, so their storage grows with the square of the turns: they run up to 500 turns.
 
 Targets for histstore: bytes per turn at the largest size at most 1.3x those at 50
 turns; the read at 500 turns at most 1.2x LangGraph's saver's on the same backend; the
@@ -25,7 +26,6 @@ read per message at the largest size at most 1.2x that at 500 turns.
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import random
 import sys
@@ -52,6 +52,7 @@ from langgraph.checkpoint.conformance.test_utils import (  # noqa: E402
 import histstore  # noqa: E402
 from histstore.integrations.langgraph import HiststoreSaver  # noqa: E402
 
+_SCRIPT = str(Path(__file__).resolve())
 LANGGRAPH_MAX_TURNS = 500
 """The largest thread LangGraph's own savers are given (their storage is quadratic)."""
 BYTES_TARGET = 1.3
@@ -120,24 +121,44 @@ Size = Callable[[], Awaitable[int]]
 
 
 async def measure(
-    saver: BaseCheckpointSaver[Any], size: Size, turns: int, reads: int
+    saver: BaseCheckpointSaver[Any], size: Size, turns: int, reads: int, reader: list[str]
 ) -> dict[str, float]:
+    """Write a thread of ``turns`` with ``saver``; its bytes per turn, and the read time
+    of its newest checkpoint measured by a child process (``reader``: the saver's kind
+    and database)."""
     before = await size()
     started = time.perf_counter()
     thread = await write_thread(saver, turns)
     write_s = time.perf_counter() - started
     grown = await size() - before
-    # The reads are timed with what the process held so far set aside from the garbage
-    # collector: its full collections scan every live object, and a decode of
-    # thousands of messages triggers them, so the time would follow whatever the
-    # benchmark (or an application) keeps alive rather than the read.
-    gc.collect()
-    gc.freeze()
-    try:
-        us = await read_us(saver, thread, turns, reads)
-    finally:
-        gc.unfreeze()
-    return {"bytes_per_turn": grown / turns, "read_us": us, "write_s": write_s}
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        _SCRIPT,
+        "--read-child",
+        ",".join([*reader, thread, str(turns), str(reads)]),
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await child.communicate()
+    if child.returncode != 0:
+        raise RuntimeError(f"the reading process failed ({child.returncode})")
+    return {"bytes_per_turn": grown / turns, "read_us": float(out), "write_s": write_s}
+
+
+async def read_child(spec: str) -> float:
+    """In the reading process: open the saver ``spec`` names, time its reads."""
+    kind, target, thread, turns, reads = spec.split(",")
+    if kind == "histstore":
+        async with histstore.connect(target) as store:
+            return await read_us(HiststoreSaver(store), thread, int(turns), int(reads))
+    if kind == "sqlite":
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        async with AsyncSqliteSaver.from_conn_string(target) as lg:
+            return await read_us(lg, thread, int(turns), int(reads))
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    async with AsyncPostgresSaver.from_conn_string(target) as pg:
+        return await read_us(pg, thread, int(turns), int(reads))
 
 
 def sqlite_size(path: Path) -> Size:
@@ -187,13 +208,17 @@ async def run_sqlite(directory: str | None, sizes: list[int], reads: int) -> dic
             path = Path(tmp) / f"hs-{turns}.db"
             async with histstore.connect(path) as store:
                 saver = HiststoreSaver(store)
-                out["histstore"][turns] = await measure(saver, sqlite_size(path), turns, reads)
+                out["histstore"][turns] = await measure(
+                    saver, sqlite_size(path), turns, reads, ["histstore", str(path)]
+                )
             if turns > LANGGRAPH_MAX_TURNS:
                 continue
             path = Path(tmp) / f"lg-{turns}.db"
             async with AsyncSqliteSaver.from_conn_string(str(path)) as lg:
                 await lg.setup()
-                out["langgraph"][turns] = await measure(lg, sqlite_size(path), turns, reads)
+                out["langgraph"][turns] = await measure(
+                    lg, sqlite_size(path), turns, reads, ["sqlite", str(path)]
+                )
     return out
 
 
@@ -207,14 +232,16 @@ async def run_postgres(admin_url: str, sizes: list[int], reads: int) -> dict[str
             url = urls[f"hs{turns}"]
             async with histstore.connect(url, migrate=True) as store:
                 size = pg_size(url, "histstore_checkpoint%")
-                out["histstore"][turns] = await measure(HiststoreSaver(store), size, turns, reads)
+                out["histstore"][turns] = await measure(
+                    HiststoreSaver(store), size, turns, reads, ["histstore", url]
+                )
             if turns > LANGGRAPH_MAX_TURNS:
                 continue
             url = urls[f"lg{turns}"]
             async with AsyncPostgresSaver.from_conn_string(url) as lg:
                 await lg.setup()
                 size = pg_size(url, "checkpoint%")
-                out["langgraph"][turns] = await measure(lg, size, turns, reads)
+                out["langgraph"][turns] = await measure(lg, size, turns, reads, ["postgres", url])
     return out
 
 
@@ -239,6 +266,9 @@ def verdicts(result: dict[str, Any], sizes: list[int]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--read-child":
+        print(asyncio.run(read_child(sys.argv[2])))
+        return 0
     parser = bench_parser(__doc__ or "")
     parser.add_argument("--turns", default=None, help="comma-separated thread sizes, in turns")
     parser.add_argument("--reads", type=int, default=None, help="reads measured per thread")

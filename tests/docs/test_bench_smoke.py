@@ -151,6 +151,20 @@ def test_quick_frameworks_run_compares_both_savers_and_their_storage(tmp_path: P
     assert 0 < stored["histstore"] < stored["langgraph"]
 
 
+def test_quick_langgraph_turns_run_measures_bytes_and_reads(tmp_path: Path) -> None:
+    lines, doc = run_quick("langgraph_turns.py", tmp_path)
+    result = doc["results"]["sqlite"]
+    assert set(result["histstore"]) == {"20", "100", "400"}
+    assert set(result["langgraph"]) == {"20", "100", "400"}
+    for by_size in result.values():
+        assert all(r["bytes_per_turn"] > 0 and r["read_us"] > 0 for r in by_size.values())
+    # The saver's storage per turn stays flat while LangGraph's grows with the turns.
+    ours, theirs = result["histstore"], result["langgraph"]
+    assert ours["400"]["bytes_per_turn"] < 1.3 * ours["20"]["bytes_per_turn"]
+    assert theirs["400"]["bytes_per_turn"] > 5 * theirs["20"]["bytes_per_turn"]
+    assert any(line.startswith("sqlite: bytes per turn") for line in lines)
+
+
 def test_quick_sqlite_inserts_run_times_every_shape_beside_raw(tmp_path: Path) -> None:
     lines, doc = run_quick("sqlite_inserts.py", tmp_path)
     assert any(line.startswith("raw program") for line in lines)
