@@ -15,6 +15,7 @@ from sqlalchemy import Column, Integer, Table, column, insert, select, table, te
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import histstore
+import histstore.admin
 from histstore._core import codec as _codec
 from histstore._storage import schema as _schema
 
@@ -844,12 +845,13 @@ async def test_writes_by_revision_upgrade_and_downgrade(
 
 
 async def test_touched_from_upgrade_backfills_what_a_store_writes_and_downgrade(
-    engine: AsyncEngine, empty_url: str
+    engine: AsyncEngine, empty_url: str, tmp_path: Path
 ) -> None:
     """Revision c8e1f4a2d7b6 over stored histories: the backfill gives every change
     record the ``touched_from`` today's store writes (pops, splices, reverts, saves,
-    forks, asides), after which every oldest page equals the start of the whole log; a
-    downgrade drops the column and its index and keeps the records."""
+    forks, asides) and a copy's import writes, after which every oldest page equals the
+    start of the whole log; a downgrade drops the column and its index and keeps the
+    records."""
     await alembic(engine, "upgrade", "head")
     async with histstore.connect(empty_url) as store:
         for i in range(12):
@@ -883,6 +885,16 @@ async def test_touched_from_upgrade_backfills_what_a_store_writes_and_downgrade(
     written = [tuple(r) for r in await rows_of(engine, query)]
     assert len(written) > 12
     assert any(t > 0 for _c, _r, t in written)
+    copied = tmp_path / "copied.db"
+    async with histstore.connect(empty_url) as source, histstore.connect(str(copied)) as target:
+        await histstore.admin.copy_store(source, target)
+        for cid, log in whole.items():
+            assert [await target.changes(cid, limit=n) for n in range(len(log) + 1)] == [
+                log[:n] for n in range(len(log) + 1)
+            ]
+        async with target.engine.connect() as conn:
+            imported = {(c, r): t for c, r, t in await conn.execute(text(query))}
+    assert [(c, r, imported[c, r]) for c, r, _t in written] == written
 
     async def indexes() -> set[str]:
         async with engine.connect() as conn:
