@@ -18,6 +18,8 @@ embedded once. Then, alternating between the two, ``--repeat`` (7) times:
 - ``show --last 3``: the text ``show`` of the newest 3 entries (``show_conversation``),
   and the peak of Python memory (tracemalloc) of another such call;
 - ``changes``: ``store.changes(c, since=revision - 5, limit=5)``;
+- ``oldest``: ``store.changes(c, limit=5)``, the oldest page (``histstore log --limit
+  5``);
 - ``revert``: ``store.revert(c, revision - 1)`` of a message just written (the write is
   not timed).
 
@@ -101,6 +103,9 @@ async def measure(url: str, sizes: dict[str, int], repeat: int, pg: bool) -> dic
                 revision = await revision_of(store, name)
                 times.setdefault(("changes since rev-5", name), []).append(
                     await timed(lambda n=name, r=revision: store.changes(n, since=r - 5, limit=5))
+                )
+                times.setdefault(("changes oldest 5", name), []).append(
+                    await timed(lambda n=name: store.changes(n, limit=5))
                 )
                 times.setdefault(("revert rev-1", name), []).append(
                     await timed(lambda n=name, r=revision: store.revert(n, r - 1, by="bench"))

@@ -60,8 +60,10 @@ class EditableCalls:
         added, so that ``Conversation.fold(await store.changes(c))`` equals
         ``await store.edit(c)``. Reads the records after ``since`` and the entries they
         touched (the halt then from the newest write or halt record up to it), in one
-        snapshot; without ``since`` and ``limit`` the whole log, checked to build the
-        stored entries.
+        snapshot; with ``limit`` and no ``since`` (the oldest page) the first ``limit``
+        records and the entries they left, unless a later record touched one of those
+        (then the whole log); without ``since`` and ``limit`` the whole log, checked to
+        build the stored entries.
 
         Raises:
             InvalidMessage: ``since`` or ``limit`` is negative.

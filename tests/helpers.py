@@ -189,8 +189,9 @@ async def alembic(engine: AsyncEngine, action: str, *args: str) -> None:
 @asynccontextmanager
 async def writing_as_before_listing(engine: AsyncEngine) -> AsyncIterator[None]:
     """Today's store writes, meanwhile, as the histstore of a revision before
-    a2f6c8e4d0b3 did, into a database at that revision: the column its statements set
-    (``listed_changes``) stands in while it runs, its writes list no messages for the
+    a2f6c8e4d0b3 did, into a database at that revision: the columns its statements set
+    (``listed_changes``, and ``touched_from`` of c8e1f4a2d7b6) stand in while it runs,
+    its writes list no messages for the
     full-text index (that revision's INSERT trigger lists or indexes them), and they
     store every message's text in ``search_text`` (before c8d2f4a6e1b9 NULL there is
     no text)."""
@@ -211,11 +212,12 @@ async def writing_as_before_listing(engine: AsyncEngine) -> AsyncIterator[None]:
     stored = rows.stored_search_text
     users = (rows, importing, text_search)
 
-    async def column(change: str) -> None:
+    async def column(change: str, table: str = "histstore_conversations") -> None:
         async with engine.begin() as conn:
-            await conn.execute(text(f"ALTER TABLE histstore_conversations {change}"))
+            await conn.execute(text(f"ALTER TABLE {table} {change}"))
 
     await column("ADD COLUMN listed_changes BIGINT NOT NULL DEFAULT 0")
+    await column("ADD COLUMN touched_from BIGINT NOT NULL DEFAULT 0", "histstore_changes")
     listed = ListedInserts.__call__
     ListedInserts.__call__ = unlisted  # type: ignore[method-assign]
     for module in users:
@@ -227,3 +229,4 @@ async def writing_as_before_listing(engine: AsyncEngine) -> AsyncIterator[None]:
         for module in users:
             module.stored_search_text = stored  # type: ignore[attr-defined]
         await column("DROP COLUMN listed_changes")
+        await column("DROP COLUMN touched_from", "histstore_changes")

@@ -33,6 +33,7 @@ __all__ = [
     "lowest_touched",
     "rebuild",
     "rebuild_after",
+    "touched_from",
     "written",
 ]
 
@@ -182,6 +183,19 @@ def _entry_at(text: str, at: int, pending: dict[int, Any]) -> tuple[Entry, int]:
 
 _AUTHOR = ',"author":'
 _CREATED = ',"created_at":"'
+
+
+def touched_from(changes: Sequence[Change], length: int) -> list[int]:
+    """The lowest position each of ``changes`` (whole, applied in order, leaving
+    ``length`` entries) touched, where its own state placed it; the length it met for
+    one that touched none. The entries below it stood as they were through it."""
+    out = [0] * len(changes)
+    for i in range(len(changes) - 1, -1, -1):
+        c = changes[i]
+        length -= len(c.added)
+        out[i] = length if c.start is None else c.start
+        length += len(c.removed)
+    return out
 
 
 def written(revision: int, at: datetime, appended: int) -> Logged:

@@ -1,11 +1,14 @@
 """Reads of editable history that leave the rest of the history alone (SPEC 11): the
 newest entries with the facts beside them (``admin.tail``, ``histstore show``), and the
-change records after a revision (``store.changes(since=, limit=)``, a revert).
+change records after a revision (``store.changes(since=, limit=)``, a revert) or up to one.
 
 A record's added entries are recovered by walking back from the current entries
 (``_editable.change_log``), which needs only the records after the revision and the
 entries from the lowest position they touched; what applying a record makes of the halt
 needs the halt at the revision, which the newest write or halt record up to it says.
+The oldest records (``store.changes(limit=)``, ``histstore log --limit``) are rebuilt
+from the entries they left, which are the first ones now unless a later record touched
+one of them (each record's ``touched_from`` says).
 """
 
 from __future__ import annotations
@@ -16,7 +19,16 @@ from typing import Any, TypeVar
 
 from .._core import codec as _codec
 from .._core.models import stored_message
-from .._editable.change_log import Logged, Window, logged, lowest_touched, rebuild_after, written
+from .._editable.change_log import (
+    Logged,
+    Window,
+    logged,
+    lowest_touched,
+    rebuild,
+    rebuild_after,
+    written,
+)
+from .._editable.changes import Change
 from .._editable.entries import Aside, Entry, TurnRecord
 from .._errors import HistStoreError
 from .._storage.drivers import FETCH, Step, drained
@@ -27,6 +39,7 @@ __all__ = [
     "Head",
     "halt_at",
     "identity",
+    "oldest",
     "records_after",
     "stored_entries",
     "tail",
@@ -105,23 +118,44 @@ def tail(ctx: Context, conversation: str, last: int | None) -> Steps[Conversatio
 def records_after(
     ctx: Context, conversation: str, since: int, revision: int
 ) -> Steps[list[Logged]]:
-    """Program steps: the stored records after ``since`` of a conversation at
-    ``revision``, oldest first (``list[Logged]``).
+    """Program steps: the stored records after ``since`` up to ``revision`` (the
+    conversation's, or an older one) oldest first (``list[Logged]``).
 
     Raises:
         HistStoreError: a record is missing.
     """
     sql = ctx.sql.edit
-    params = {"c": conversation, "since": since}
+    params = {"c": conversation, "since": since, "upto": revision}
     time = ctx.sql.created_at or identity
     records: dict[int, Logged] = {}
-    for r in (yield FETCH, sql.log_writes, params):
+    for r in (yield FETCH, sql.log_writes_upto, params):
         records[int(r[0])] = written(int(r[0]), time(r[1]), int(r[2] or 0))
-    for r in drained((yield FETCH, sql.log_changes, params)):
+    for r in drained((yield FETCH, sql.log_changes_upto, params)):
         records[int(r[0])] = logged(int(r[0]), r[1], r[2], time(r[3]), r[4])
     if sorted(records) != list(range(since + 1, revision + 1)):
         raise HistStoreError(f"the change log of conversation {conversation!r} has gaps")
     return [records[i] for i in range(since + 1, revision + 1)]
+
+
+def oldest(ctx: Context, conversation: str, upto: int) -> Steps[list[Change] | None]:
+    """Program steps: the whole records up to revision ``upto`` (from 1), rebuilt from
+    the entries then, which are the first ones now when no later record touched an
+    entry below their count (``None`` when one did). Costs O(records up to ``upto`` +
+    entries then), whatever the history's length.
+
+    Raises:
+        HistStoreError: the records do not build those entries (a damaged database).
+    """
+    log = yield from records_after(ctx, conversation, 0, upto)
+    length = sum(rec.added - len(rec.change.removed) for rec in log)
+    got = yield FETCH, ctx.sql.edit.touched_below, {"c": conversation, "below": length}
+    if got and got[0][0] is not None and int(got[0][0]) > upto:
+        return None
+    rows = yield FETCH, ctx.sql.edit.entries_below, {"c": conversation, "stop": length}
+    entries = stored_entries(ctx, rows)
+    if len(entries) != length:
+        raise HistStoreError(f"conversation {conversation!r} has gaps in its messages")
+    return rebuild(conversation, entries, log)
 
 
 def halt_at(ctx: Context, conversation: str, revision: int) -> Steps[str | None]:

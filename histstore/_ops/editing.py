@@ -19,7 +19,7 @@ from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.ids import validate_id
 from .._core.models import Message, peek_data, stored_message
-from .._editable.change_log import Window, asides_before, rebuild
+from .._editable.change_log import Window, asides_before, rebuild, touched_from
 from .._editable.changes import Change, first_touched
 from .._editable.conversation import Conversation
 from .._editable.entries import AsideState, Entry, check_by
@@ -28,7 +28,15 @@ from .._errors import ConflictError, InvalidMessage, NotFound
 from .._storage import rows as _rows
 from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Program, Rollback
 from .context import Context, not_found
-from .edit_reads import Steps, identity, records_after, stored_entries, turn_record, window_after
+from .edit_reads import (
+    Steps,
+    identity,
+    oldest,
+    records_after,
+    stored_entries,
+    turn_record,
+    window_after,
+)
 
 __all__ = [
     "CommitWrites",
@@ -258,7 +266,11 @@ def persist(
         yield EXECUTE_MANY, edit.put_aside, work.asides
     if work.turns:
         yield EXECUTE_MANY, edit.put_turn, work.turns
-    records = [_rows.change_row(c, first + i, change, now) for i, change in enumerate(changes)]
+    lows = touched_from(changes, work.row["length"])
+    records = [
+        _rows.change_row(c, first + i, change, now, low)
+        for i, (change, low) in enumerate(zip(changes, lows, strict=True))
+    ]
     yield EXECUTE_MANY, edit.insert_change, records
     return revision
 
@@ -329,17 +341,25 @@ class Editing:
         top = None if limit is None else _count(limit, "limit")
         ctx = self._ctx
 
+        def whole() -> Steps[list[Change]]:
+            # The whole log: rebuilt from every entry, and checked to build them.
+            value = yield from load(ctx, conversation)
+            if value is None or value.revision == 0:
+                return []
+            entries = value.edit_state.entries
+            return (yield from log(ctx, conversation, entries, value.revision))
+
         def program() -> Program[list[Change]]:
             if since == 0 and top is None:
-                # The whole log: rebuilt from every entry, and checked to build them.
-                value = yield from load(ctx, conversation)
-                if value is None or value.revision == 0:
-                    return []
-                entries = value.edit_state.entries
-                return (yield from log(ctx, conversation, entries, value.revision))
+                return (yield from whole())
             head = yield FETCH, ctx.sql.edit.head, ctx.params(conversation)
             if not head or int(head[0][0]) <= since:
                 return []
+            if since == 0 and top is not None and top < int(head[0][0]):
+                # The oldest page: from the oldest records unless a later one reached
+                # back into what they left.
+                page = yield from oldest(ctx, conversation, top)
+                return (yield from whole())[:top] if page is None else page
             found, _now = yield from window_after(ctx, conversation, head[0], since)
             records: list[Change] = found.changes
             return records if top is None else records[:top]

@@ -382,7 +382,7 @@ class History:
             yield EXECUTE, edit.popped, {"c": conversation, "now": now}
             (entry,) = stored_entries(ctx, rows)
             change = Change.pop(entry, moved=moved, halted=halted)
-            record = _rows.change_row(conversation, int(revision) + 1, change, now)
+            record = _rows.change_row(conversation, int(revision) + 1, change, now, position)
             yield EXECUTE, edit.insert_change, record
             return stored_message(data, position, created_at, sql.created_at, entry_id, author)
 

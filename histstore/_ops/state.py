@@ -125,7 +125,7 @@ def replace_conversation(ctx: Context, saved: Saved) -> Program[bool]:
             moved=tuple(moved),
             halt=None if halted is None else (halted, None),
         )
-        row = _rows.change_row(cid, revision + 1, change, now, n)
+        row = _rows.change_row(cid, revision + 1, change, now, 0, n)
         yield EXECUTE, edit.insert_change, row
     summaries = [{**r, "created_at": r["created_at"] or now} for r in saved.summaries]
     if summaries:
@@ -254,7 +254,7 @@ class State:
             }
             yield from sql.listed([(EXECUTE, stmt, copy) for stmt in sql.fork_copies])
             if length:  # the target's one change record: the entries it was given
-                record = _rows.change_row(target, 1, Change("fork", start=0), now, length)
+                record = _rows.change_row(target, 1, Change("fork", start=0), now, 0, length)
                 yield EXECUTE, sql.edit.insert_change, record
             return True
 

@@ -188,16 +188,29 @@ def batch_values(
 
 
 def change_row(
-    conversation: str, revision: int, change: Change, at: datetime, added: int | None = None
+    conversation: str,
+    revision: int,
+    change: Change,
+    at: datetime,
+    touched_from: int,
+    added: int | None = None,
 ) -> Row:
-    """A row of the changes table: ``change`` recorded as ``revision``, made ``at``.
-    ``added`` counts the entries it added when the change itself does not hold them
-    (``_editable.change_log.encode``)."""
-    return record_row(conversation, revision, change.kind, change.author, at, encode(change, added))
+    """A row of the changes table: ``change`` recorded as ``revision``, made ``at``,
+    which left the entries below position ``touched_from`` as they were
+    (``_editable.change_log.touched_from``). ``added`` counts the entries it added when
+    the change itself does not hold them (``_editable.change_log.encode``)."""
+    text = encode(change, added)
+    return record_row(conversation, revision, change.kind, change.author, at, text, touched_from)
 
 
 def record_row(
-    conversation: str, revision: int, kind: str, author: str | None, at: datetime, record: str
+    conversation: str,
+    revision: int,
+    kind: str,
+    author: str | None,
+    at: datetime,
+    record: str,
+    touched_from: int,
 ) -> Row:
     """A row of the changes table from its columns, the ``record`` already encoded (as
     an export file carries it)."""
@@ -208,6 +221,7 @@ def record_row(
         "author": author,
         "at": at,
         "record": record,
+        "touched_from": touched_from,
     }
 
 

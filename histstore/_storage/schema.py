@@ -252,7 +252,13 @@ changes = Table(
     Column("author", Text, nullable=True),
     Column("at", UTCDateTime, nullable=False),
     Column("record", Text, nullable=False),
+    # The lowest position the change touched, where its own state placed it (the
+    # length it met when it touched none): the entries below it stood as they were.
+    # 0, the default, claims nothing (a row an older histstore wrote). The oldest page
+    # of the log asks whether any later record reached below what it returns (c8e1f4a2d7b6).
+    Column("touched_from", BigInteger, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("conversation_id", "revision"),
+    Index("ix_histstore_changes_touched", "conversation_id", "touched_from", "revision"),
 )
 
 # A conversation's asides now: JSON values drawn after an entry (``after``; NULL: before

@@ -79,6 +79,7 @@ class Edits:
         self._log: list[Logged] = []
         self._appends_only = True  # so far every record appends at the then end
         self._length = 0  # the entries the records so far leave, when they only append
+        self._left = 0  # the entries the records so far leave (as their counts say)
 
     @property
     def size(self) -> int:
@@ -196,7 +197,10 @@ class Edits:
             else:
                 self._appends_only = False
         self._log.append(record)
-        self.changes.append(record_row(cid, revision, name, by, at, text))
+        c, met = record.change, self._left
+        low = met - len(c.removed) if c.start is None else c.start
+        self._left = met - len(c.removed) + record.added
+        self.changes.append(record_row(cid, revision, name, by, at, text, low))
 
     # ---------------------------------------------------------------- checking
 

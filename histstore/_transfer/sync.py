@@ -380,7 +380,7 @@ class Target:
         entries."""
         inc = self.incoming
         if inc.length:
-            record = change_row(inc.id, 1, Change("import", start=0), inc.updated_at, inc.length)
+            record = change_row(inc.id, 1, Change("import", start=0), inc.updated_at, 0, inc.length)
             yield EXECUTE, self.ctx.sql.edit.insert_change, record
 
     # ---------------------------------------------------------------- helpers

@@ -575,10 +575,17 @@ async def test_random_histories_fold_to_the_stored_value(store: Store, cid: str)
 
 
 async def random_edit(
-    store: Store, cid: str, rnd: random.Random, step: int, kinds: list[str], reach: int | None
+    store: Store,
+    cid: str,
+    rnd: random.Random,
+    step: int,
+    kinds: list[str],
+    reach: int | None,
+    near: int | None = None,
 ) -> None:
     """One of ``kinds``: a write, pop, splice, restore, aside, halt or resume, turn
-    record, or a revert to one of the last ``reach`` revisions (any: ``None``)."""
+    record, or a revert to one of the last ``reach`` revisions (any: ``None``); edits
+    among the last ``near`` entries (anywhere: ``None``)."""
     action = rnd.choice(kinds)
     if action == "write":
         await store.write(cid, [user(f"s{step}-{k}") for k in range(rnd.randint(1, 3))])
@@ -591,7 +598,7 @@ async def random_edit(
     else:
         value = await store.edit(cid)
         n = len(value.entries)
-        a = rnd.randint(0, n)
+        a = rnd.randint(0 if near is None else max(n - near, 0), n)
         b = rnd.randint(a, n)
         if action == "splice":
             value.splice(a, b, [bot(f"x{step}")] * rnd.randint(0, 2), by="ed")
@@ -609,11 +616,14 @@ async def random_edit(
         await store.commit(value)
 
 
-async def random_edits(store: Store, cid: str, rnd: random.Random, steps: int) -> None:
-    """``steps`` edits of every kind, reverts to one of the last 4 revisions."""
+async def random_edits(
+    store: Store, cid: str, rnd: random.Random, steps: int, near: int | None = None
+) -> None:
+    """``steps`` edits of every kind, reverts to one of the last 4 revisions, edits
+    among the last ``near`` entries (anywhere: ``None``)."""
     kinds = ["write", "write", "pop", "splice", "restore", "aside", "halt", "turn", "revert"]
     for step in range(steps):
-        await random_edit(store, cid, rnd, step, kinds, reach=4)
+        await random_edit(store, cid, rnd, step, kinds, reach=4, near=near)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -631,6 +641,21 @@ async def test_paged_change_reads_equal_the_whole_log(store: Store, cid: str, se
                 continue
             end = None if limit is None else since + limit
             assert await store.changes(cid, since=since, limit=limit) == whole[since:end]
+
+
+@pytest.mark.parametrize(("seed", "near"), [(1, None), (7, 3), (8, 3), (9, 1)])
+async def test_oldest_pages_equal_the_start_of_the_whole_log(
+    store: Store, cid: str, seed: int, near: int | None
+) -> None:
+    """``changes(limit=)`` (no ``since``: the oldest page, ``histstore log --limit``)
+    reads the records up to ``limit`` and the entries they left, unless a later record
+    touched one of those: every size of page equals the start of the whole log, for
+    histories edited anywhere and near their end."""
+    rnd = random.Random(seed)
+    await random_edits(store, cid, rnd, 40, near=near)
+    whole = await store.changes(cid)
+    for limit in range(len(whole) + 2):
+        assert await store.changes(cid, limit=limit) == whole[:limit]
 
 
 @pytest.mark.parametrize("seed", [4, 5, 6])

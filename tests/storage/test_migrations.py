@@ -15,6 +15,7 @@ from sqlalchemy import Column, Integer, Table, column, insert, select, table, te
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import histstore
+import histstore.admin
 from histstore._core import codec as _codec
 from histstore._storage import schema as _schema
 
@@ -805,14 +806,17 @@ async def test_writes_by_revision_upgrade_and_downgrade(
     """Revision f1c3a5e7b9d2 over a stored history: the index of write records by
     revision covers the records already there, and the change log read from a revision
     is the end of the whole log; a downgrade drops the index and keeps the records."""
-    await alembic(engine, "upgrade", "d2b7e4a9c1f3")
-    async with histstore.connect(empty_url, migrate=False) as store:
+    # The history is made at the head (today's store writes the newer columns), then the
+    # database goes back to the previous revision's shape with it.
+    await alembic(engine, "upgrade", "head")
+    async with histstore.connect(empty_url) as store:
         for i in range(30):
             await store.write("c", [{"role": "user", "content": f"m{i}"}])
         value = await store.edit("c")
         value.splice(3, 5, [], by="ed")
         await store.commit(value)
         await store.write("c", [{"role": "user", "content": "last"}])
+    await alembic(engine, "downgrade", "d2b7e4a9c1f3")
 
     async def indexes() -> set[str]:
         async with engine.connect() as conn:
@@ -838,3 +842,82 @@ async def test_writes_by_revision_upgrade_and_downgrade(
     )
     assert count == 31
     await alembic(engine, "upgrade", "head")
+
+
+async def test_touched_from_upgrade_backfills_what_a_store_writes_and_downgrade(
+    engine: AsyncEngine, empty_url: str, tmp_path: Path
+) -> None:
+    """Revision c8e1f4a2d7b6 over stored histories: the backfill gives every change
+    record the ``touched_from`` today's store writes (pops, splices, reverts, saves,
+    forks, asides) and a copy's import writes, after which every oldest page equals the
+    start of the whole log; a downgrade drops the column and its index and keeps the
+    records."""
+    await alembic(engine, "upgrade", "head")
+    async with histstore.connect(empty_url) as store:
+        for i in range(12):
+            await store.write("c", [{"role": "user", "content": f"m{i}"}] * (1 + i % 3))
+            value = await store.edit("c")
+            n = len(value.entries)
+            if i % 4 == 1:
+                value.splice(n - 2, n - 1, [{"role": "assistant", "content": f"x{i}"}], by="ed")
+            elif i % 4 == 2:
+                value.add_aside({"i": i}, after=value.entry_id(n - 1))
+            elif i % 4 == 3:
+                await store.pop("c")
+                continue
+            await store.commit(value)
+        await store.revert("c", 9, by="undo")
+        await store.write("c", [{"role": "user", "content": "after"}])
+        await store.fork("c", "f")
+        await store.write("f", [{"role": "user", "content": "f"}])
+        value = await store.edit("f")
+        value.splice(0, 1, [], by="ed")
+        await store.commit(value)
+        await store.write("s", [{"role": "user", "content": "s"}])
+        await store.write("s", [{"role": "user", "content": "s"}] * 2)
+        await store.save(histstore.ConversationState("s", messages=(histstore.Message.user("t"),)))
+        await store.write("s", [{"role": "user", "content": "u"}])
+        whole = {cid: await store.changes(cid) for cid in ("c", "f", "s")}
+    query = (
+        "SELECT conversation_id, revision, touched_from FROM histstore_changes"
+        " ORDER BY conversation_id, revision"
+    )
+    written = [tuple(r) for r in await rows_of(engine, query)]
+    assert len(written) > 12
+    assert any(t > 0 for _c, _r, t in written)
+    copied = tmp_path / "copied.db"
+    async with histstore.connect(empty_url) as source, histstore.connect(str(copied)) as target:
+        await histstore.admin.copy_store(source, target)
+        for cid, log in whole.items():
+            assert [await target.changes(cid, limit=n) for n in range(len(log) + 1)] == [
+                log[:n] for n in range(len(log) + 1)
+            ]
+        async with target.engine.connect() as conn:
+            imported = {(c, r): t for c, r, t in await conn.execute(text(query))}
+    assert [(c, r, imported[c, r]) for c, r, _t in written] == written
+
+    async def indexes() -> set[str]:
+        async with engine.connect() as conn:
+            found = await conn.run_sync(
+                lambda c: c.dialect.get_indexes(c, "histstore_changes")  # type: ignore[attr-defined]
+            )
+        return {i["name"] for i in found}
+
+    await alembic(engine, "downgrade", "f1c3a5e7b9d2")
+    assert "ix_histstore_changes_touched" not in await indexes()
+    kept = [tuple(r) for r in await rows_of(engine, query.replace("touched_from", "1"))]
+    assert kept == [(c, r, 1) for c, r, _t in written]
+    await alembic(engine, "upgrade", "head")
+    await alembic(engine, "check")
+    assert "ix_histstore_changes_touched" in await indexes()
+    assert [tuple(r) for r in await rows_of(engine, query)] == written
+    async with histstore.connect(empty_url) as store:
+        for cid, log in whole.items():
+            for limit in range(len(log) + 1):
+                assert await store.changes(cid, limit=limit) == log[:limit]
+
+
+async def rows_of(engine: AsyncEngine, sql: str) -> list[Any]:
+    """The rows ``sql`` finds."""
+    async with engine.connect() as conn:
+        return list(await conn.execute(text(sql)))

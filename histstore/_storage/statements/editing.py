@@ -78,6 +78,15 @@ class EditStatements:
             )
             .order_by(_msg.c.position)
         )
+        # The entries below position ``stop`` (the oldest of a long history).
+        self.entries_below = compile_(
+            select(*entry_cols)
+            .where(
+                _msg.c.conversation_id == conv_id,
+                _msg.c.position < bindparam("stop", type_=BigInteger),
+            )
+            .order_by(_msg.c.position)
+        )
         a = s.asides
         self.asides = compile_(
             select(a.c.aside_id, a.c.after, a.c.home, a.c.value)
@@ -111,21 +120,35 @@ class EditStatements:
         # ---------------------------------------------------------------- the log
         ch, w = s.changes, s.writes
         since = bindparam("since", type_=big)
-        self.log_changes = compile_(
-            select(ch.c.revision, ch.c.kind, ch.c.author, ch.c.at, ch.c.record)
-            .where(ch.c.conversation_id == conv_id, ch.c.revision > since)
-            .order_by(ch.c.revision)
+        upto = bindparam("upto", type_=big)
+        changes = select(ch.c.revision, ch.c.kind, ch.c.author, ch.c.at, ch.c.record).where(
+            ch.c.conversation_id == conv_id, ch.c.revision > since
         )
-        self.log_writes = compile_(
-            select(w.c.revision, w.c.created_at, w.c.appended)
-            .where(w.c.conversation_id == conv_id, w.c.revision > since)
-            .order_by(w.c.revision)
+        writes = select(w.c.revision, w.c.created_at, w.c.appended).where(
+            w.c.conversation_id == conv_id, w.c.revision > since
+        )
+        self.log_changes = compile_(changes.order_by(ch.c.revision))
+        self.log_writes = compile_(writes.order_by(w.c.revision))
+        # The same up to revision ``upto`` (the oldest page of a long log).
+        self.log_changes_upto = compile_(
+            changes.where(ch.c.revision <= upto).order_by(ch.c.revision)
+        )
+        self.log_writes_upto = compile_(writes.where(w.c.revision <= upto).order_by(w.c.revision))
+        # The newest change record that touched an entry below position ``below`` (the
+        # (conversation, touched_from) index serves it): when it is not after a revision,
+        # the entries below ``below`` stand now as they stood then. ``+ 0``: the maximum
+        # of a bare revision would let a planner walk the primary key back from the
+        # newest record instead (the whole log when none qualifies).
+        self.touched_below = compile_(
+            select(func.max(ch.c.revision + literal(0, big))).where(
+                ch.c.conversation_id == conv_id,
+                ch.c.touched_from < bindparam("below", type_=big),
+            )
         )
         # What a read of the records after a revision needs to know of those before:
         # the halt then, set by the newest record up to ``upto`` that is a write (which
         # leaves none) or has a halt part. The newest write record up to there, then the
         # records after it that may hold a halt (the text says so; decoding decides).
-        upto = bindparam("upto", type_=big)
         self.last_write = compile_(
             select(func.max(w.c.revision)).where(
                 w.c.conversation_id == conv_id, w.c.revision.is_not(None), w.c.revision <= upto
@@ -148,10 +171,11 @@ class EditStatements:
             compile_(delete(x).where(x.c.conversation_id == conv_id)) for x in (ch, a, t)
         ]
         # Before a conversation's idempotency rows go (save, import): the write records
-        # among them move to the changes table, so the log stays whole.
+        # among them move to the changes table, so the log stays whole (a write touched
+        # only the positions from its first appended message on).
         self.keep_write_records = compile_(
             ch.insert().from_select(
-                ["conversation_id", "revision", "kind", "author", "at", "record"],
+                ["conversation_id", "revision", "kind", "author", "at", "record", "touched_from"],
                 select(
                     w.c.conversation_id,
                     w.c.revision,
@@ -159,6 +183,7 @@ class EditStatements:
                     cast(literal(None), Text),
                     w.c.created_at,
                     literal('{"added":', Text) + cast(w.c.appended, Text) + literal("}", Text),
+                    w.c.position + w.c.count - w.c.appended,
                 ).where(w.c.conversation_id == conv_id, w.c.revision.is_not(None)),
             )
         )
