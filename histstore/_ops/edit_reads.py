@@ -189,10 +189,30 @@ def window_after(
     offset = max(min(low, length) - 1, 0)
     rows = yield FETCH, ctx.sql.edit.entries_from, {"c": conversation, "start": offset}
     suffix = stored_entries(ctx, rows)
+    if offset and not _aside_entries(log) <= {e.entry_id for e in suffix}:
+        # A record put, moved or removed an aside after an entry below the window (an
+        # aside part touches no position): read every entry instead.
+        offset = 0
+        rows = yield FETCH, ctx.sql.edit.entries_from, {"c": conversation, "start": 0}
+        suffix = stored_entries(ctx, rows)
     if len(suffix) != length - offset:
         raise HistStoreError(f"conversation {conversation!r} has gaps in its messages")
     halted = yield from halt_at(ctx, conversation, since)
     return rebuild_after(conversation, suffix, offset, log, halted), suffix
+
+
+def _aside_entries(log: Sequence[Logged]) -> set[int | None]:
+    """The ids of the entries the records' aside parts and moves name (``None`` aside)."""
+    named: set[int | None] = set()
+    for rec in log:
+        for op in rec.change.asides:
+            for state in (op.before, op.after):
+                if state is not None:
+                    named.update((state.after, state.home))
+        for _aside, old, new in (*rec.change.moved, *rec.moved):
+            named.update((old, new))
+    named.discard(None)
+    return named
 
 
 def stored_entries(ctx: Context, rows: Iterable[Sequence[Any]]) -> list[Entry]:
