@@ -11,10 +11,8 @@ own, refuses work with a ``HistStoreError`` before touching a connection.
 from __future__ import annotations
 
 import asyncio
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
-from types import TracebackType
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -32,6 +30,7 @@ from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_di
 from .engine import SETTINGS_OPTION, SqliteSettings, is_memory_url
 from .group_commit import GroupCommit
 from .lending import READ_SLOTS, LentConnection, WriteTurn
+from .long_work import LongWork
 from .pool_options import DEFAULT_REFUSED_WAIT
 from .read_groups import ReadGroups
 from .refusals import Backoff, connection
@@ -47,7 +46,7 @@ T = TypeVar("T")
 _MAX_STALE = 64  # connections found closed that one call drops, then takes what comes
 
 
-class Executor:
+class Executor(LongWork):
     """Runs a store's statements, programs and Core work on its engine (see module doc).
 
     Shared by a store and its scoped views: closing it closes them all.
@@ -415,156 +414,6 @@ class Executor:
 
         async with self._reading:
             return await run_to_completion(run(), grace=self._read_grace)
-
-    @asynccontextmanager
-    async def transaction(self, *, action: str) -> AsyncIterator[Transaction]:
-        """A write transaction for several programs; committed when the block ends
-        normally, rolled back when it raises. Not shielded from cancellation: the
-        connection of an interrupted transaction is dropped, never reused."""
-        self.check()
-        self.refuse_writes(action, None)
-        try:
-            async with self._writing(action, None), self._connection() as conn:
-                tx = Transaction(self.driver, conn, self.listed)
-                try:
-                    yield tx
-                except BaseException as exc:
-                    # Cancelled on Postgres: the connection is given up (the server may
-                    # not answer a ROLLBACK), which rolls the transaction back.
-                    gave_up = isinstance(exc, asyncio.CancelledError) and self._sqlite is None
-                    if tx.begun and not gave_up:
-                        try:
-                            if self.driver.in_transaction(conn):
-                                await self.driver.execute_sql(conn, "ROLLBACK")
-                        except Exception:  # noqa: BLE001 - the connection is dropped
-                            raise ConnectionError("rollback failed") from None
-                    raise
-                await tx.commit()
-        except DATABASE_ERRORS as exc:
-            raise failure(action, None, exc, "body") from exc
-
-    async def run(
-        self,
-        work: Callable[[AsyncConnection], Awaitable[T]],
-        *,
-        mode: _dialects.Mode,
-        action: str,
-        conversation: str | None = None,
-    ) -> T:
-        """Run SQLAlchemy Core ``work`` in one transaction of ``mode`` (see
-        ``_storage.statements.dialects.mode_options``), to its end even when cancelled."""
-        self.check()
-        if mode == "write":
-            self.refuse_writes(action, conversation)
-        engine = self._engines[mode]
-
-        async def attempt(phase: Phase) -> T:
-            # Given up inside the work (before SQLAlchemy's ROLLBACK) and in its COMMIT.
-            async with self._core(engine) as conn, self._abandoned_if_cancelled(conn):
-                async with conn.begin():
-                    async with self._abandoned_if_cancelled(conn):
-                        value = await work(conn)
-                    phase.name = "commit"  # the block's end commits
-                phase.name = "done"
-                return value
-
-        async def transaction() -> T:
-            phase = Phase()
-            try:
-                return await self._limited(attempt(phase))
-            except HistStoreError:
-                raise
-            except DATABASE_ERRORS as exc:
-                uncommitted = phase.name == "commit" and not_committed(exc)
-                name = "body" if mode != "write" or uncommitted else phase.name
-                raise failure(action, conversation, exc, name) from exc
-
-        if mode != "write":
-            return await run_to_completion(transaction(), grace=self._read_grace)
-        async with self._writing(action, conversation):
-            value = await run_to_completion(transaction(), grace=self._write_grace)
-        self.listed()
-        return value
-
-    @asynccontextmanager
-    async def session(self, mode: _dialects.Mode, *, action: str) -> AsyncIterator[AsyncConnection]:
-        """A SQLAlchemy connection in one transaction of ``mode`` for streaming reads
-        (export); the transaction ends with the block."""
-        self.check()
-        if mode == "write":
-            self.refuse_writes(action, None)
-        try:
-            async with (
-                self._core(self._engines[mode]) as conn,
-                self._abandoned_if_cancelled(conn),
-                conn.begin(),
-                self._abandoned_if_cancelled(conn),
-            ):
-                yield conn
-            if mode == "write":
-                self.listed()
-        except HistStoreError:
-            raise
-        except DATABASE_ERRORS as exc:
-            raise failure(action, None, exc, "body") from exc
-
-    # ------------------------------------------------------------------ giving up
-
-    async def _limited(self, work: Awaitable[T]) -> T:
-        """``await work``, given up after the store's ``command_timeout`` (PostgreSQL):
-        then ``CallTimeout``, once the work's connection is given up (``Driver.abandon``)."""
-        limit = self._limit
-        if limit is None:
-            return await work
-        if sys.version_info >= (3, 11):
-            scope = asyncio.timeout(limit)
-            try:
-                async with scope:
-                    return await work
-            except TimeoutError:
-                if scope.expired():
-                    raise CallTimeout(limit) from None
-                raise
-        try:
-            return await asyncio.wait_for(work, limit)
-        except asyncio.TimeoutError:
-            raise CallTimeout(limit) from None
-
-    def _abandoned_if_cancelled(self, conn: AsyncConnection) -> _AbandonedIfCancelled:
-        """SQLAlchemy work on ``conn``: when it is cancelled, give the driver connection
-        up and invalidate ``conn``, before SQLAlchemy would roll back on it (which waits
-        for the server). SQLite's work is local and ends by itself (and in memory its
-        one connection is the database): nothing there."""
-        return _AbandonedIfCancelled(None if self._sqlite is not None else self.driver, conn)
-
-
-class _AbandonedIfCancelled:
-    """See ``Executor._abandoned_if_cancelled`` (a class, not an async generator: see
-    ``_storage.lending``)."""
-
-    __slots__ = ("_conn", "_driver")
-
-    def __init__(self, driver: Driver | None, conn: AsyncConnection) -> None:
-        self._driver = driver
-        self._conn = conn
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        conn = self._conn
-        if self._driver is None or not isinstance(exc, asyncio.CancelledError):
-            return
-        if not conn.invalidated:
-            raw = await conn.get_raw_connection()
-            if raw.driver_connection is not None:
-                await self._driver.abandon(raw.driver_connection)
-            await conn.invalidate()
 
 
 def _rolled_back(program: Program[T]) -> Program[T]:

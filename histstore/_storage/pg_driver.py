@@ -14,6 +14,7 @@ from sqlalchemy.engine import Dialect
 from .dberrors import READ_ONLY_SQLSTATE, mark_hot_standby
 from .deadlines import ABANDON_PATIENCE
 from .drivers import CompiledStatement, Driver, Memo
+from .orphans import terminate_orphan
 
 __all__ = [
     "PostgresDriver",
@@ -222,7 +223,7 @@ def close_without_waiting(dbapi_connection: Any, record: Any) -> None:
     conn = getattr(dbapi_connection, "driver_connection", None)
     if conn is not None:
         _detach(conn, cancel_requests(conn))
-        conn.terminate()
+        terminate_orphan(conn)  # terminate(), also once the connection's loop has closed
 
 
 def terminate_without_waiting(dbapi_connection: Any) -> None:

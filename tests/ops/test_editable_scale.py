@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from histstore import Conversation, Message, SemanticIndex, Store
-from histstore._ops import editing as _editing
+from histstore._ops import edit_writes as _edit_writes
 
 LONG = 2_000
 
@@ -124,7 +124,7 @@ async def test_a_revert_puts_back_many_entries_a_few_thousand_rows_at_a_time(
 ) -> None:
     """A revert that puts back more entries than a commit sends at once (here 300 at a
     time) stores them all, in order, with their ids, found by search."""
-    monkeypatch.setattr(_editing, "ROWS_AT_ONCE", 300)
+    monkeypatch.setattr(_edit_writes, "ROWS_AT_ONCE", 300)
     await _long(store, cid, LONG)
     with counting(store, monkeypatch) as seen:
         await store.revert(cid, 1, by="test")  # the first 500

@@ -47,7 +47,7 @@ class FakeDatabase:
         self.groups += len(programs)
         return [(True, None)] * len(programs)
 
-    async def checkpoint(self, conn: Any) -> tuple[int, int]:
+    async def checkpoint(self, conn: Any, truncate: bool = False) -> tuple[int, int]:
         pages = self.wal
         self.calls += 1
         if self.calls % 2:
