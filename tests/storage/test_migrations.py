@@ -661,7 +661,7 @@ async def test_search_text_stored_once_upgrade_and_downgrade(
             text(
                 "INSERT INTO histstore_conversations (id, length, created_at, updated_at,"
                 " revision, next_entry, listed_changes) VALUES ('old', 4, :t, :t, 1, 5, 1)"
-            ),
+            ).bindparams(bindparam("t", type_=_schema.UTCDateTime)),
             {"t": now},
         )
         for p, (data, search) in enumerate(stored):
@@ -669,7 +669,7 @@ async def test_search_text_stored_once_upgrade_and_downgrade(
                 text(
                     "INSERT INTO histstore_messages (conversation_id, position, data,"
                     " created_at, search_text, entry_id) VALUES ('old', :p, :d, :t, :s, :e)"
-                ),
+                ).bindparams(bindparam("t", type_=_schema.UTCDateTime)),
                 {"p": p, "d": json.dumps(data), "t": now, "s": search, "e": p + 1},
             )
         if sqlite:  # that revision's writes listed their messages themselves
