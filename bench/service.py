@@ -172,7 +172,7 @@ async def serving(url: str, serialize: bool, logfile: Path) -> AsyncIterator[tup
             proc.send_signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(proc.wait(), 30)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 proc.kill()
                 await proc.wait()
 

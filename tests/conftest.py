@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing, contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,12 @@ from histstore._storage import schema as _schema
 from histstore._storage.engine import resolve_target
 
 REQUIRE_PG = os.environ.get("HISTSTORE_REQUIRE_POSTGRES", "") not in ("", "0")
+
+# sqlite3's default adapters for date and datetime are deprecated from Python 3.12 on
+# (a warning, an error here). Without them, a datetime bound to SQLite raw, by histstore
+# or by a test, fails the same way on every Python: times go as the store's own text.
+for _kind in (date, datetime):
+    sqlite3.adapters.pop((_kind, sqlite3.PrepareProtocol), None)
 
 
 @dataclass

@@ -7,6 +7,7 @@ import os
 import re
 import sqlite3
 import sys
+import sysconfig
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -72,6 +73,10 @@ def subprocess_env() -> dict[str, str]:
 
 
 PYTHON = sys.executable
+"""The interpreter running the tests: every child Python is started with it."""
+
+ALEMBIC = Path(sysconfig.get_path("scripts")) / "alembic"
+"""The ``alembic`` script of the environment running the tests (never a fixed venv)."""
 
 
 def connections_in_use(store: histstore.Store) -> int:

@@ -6,11 +6,13 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable
+from itertools import accumulate
 from typing import Any
 
 from .._errors import InvalidMessage
 
 __all__ = [
+    "MAX_NESTING",
     "canonical",
     "canonical_digest",
     "check_text",
@@ -22,6 +24,7 @@ __all__ = [
     "key_from_stored",
     "key_to_stored",
     "looks_large",
+    "nesting_exceeds",
 ]
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -30,22 +33,54 @@ _canonical = json.JSONEncoder(
 )
 decode = json.loads
 
+MAX_NESTING = 512
+"""How deeply a stored JSON value may nest (a message object is level 1, a list in it
+level 2, ...). The store's own limit, the same on every Python: how deep ``json`` itself
+can go depends on the interpreter and on the caller's stack, and stays well above this."""
+
+_OPENERS = ("[", "{")
+_BRACKETS_ONLY = re.compile(r'"(?:[^"\\]|\\.)*"|[^\[\]{}]+')
+_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def nesting_exceeds(text: str, limit: int = MAX_NESTING) -> bool:
+    """Whether the JSON ``text`` nests deeper than ``limit`` (arrays and objects).
+
+    Cheap for the common text: one that opens at most ``limit`` brackets in all cannot
+    nest deeper (brackets inside strings only make that count larger). Otherwise the
+    strings are dropped and the brackets left are counted in order.
+    """
+    if sum(text.count(b) for b in _OPENERS) <= limit:
+        return False
+    brackets = _BRACKETS_ONLY.sub("", text)
+    return max(accumulate(map(_STEP.__getitem__, map(ord, brackets))), default=0) > limit
+
+
+def _too_deep(what: str) -> InvalidMessage:
+    return InvalidMessage(f"{what} is nested more than {MAX_NESTING} levels deep")
+
 
 def encode(value: object, *, what: str = "value") -> tuple[str, Any, int]:
     """Encode ``value`` as JSON text; return the text, a private decoded copy, its UTF-8 size.
 
     Raises ``InvalidMessage`` unless the value survives the round trip equal: NaN and
     infinities, lone surrogates, non-string object keys, tuples and anything ``json``
-    cannot serialize are refused. The error never quotes the value.
+    cannot serialize are refused, and so is nesting deeper than ``MAX_NESTING``. The
+    error never quotes the value.
     """
     try:
         text = _encoder.encode(value)
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
         if type(value) is dict and _flat(value):
             return text, dict(value), size
-        copy = json.loads(text)
-    except (TypeError, ValueError, RecursionError) as exc:
+        too_deep = nesting_exceeds(text)
+        copy = None if too_deep else json.loads(text)
+    except RecursionError:
+        raise _too_deep(what) from None
+    except (TypeError, ValueError) as exc:
         raise InvalidMessage(f"{what} is not storable JSON ({type(exc).__name__})") from None
+    if too_deep:
+        raise _too_deep(what)
     if copy != value:
         raise InvalidMessage(f"{what} does not survive a JSON round trip unchanged")
     return text, copy, size
@@ -69,13 +104,18 @@ def encode_decoded(value: object, *, what: str = "value") -> tuple[str, int]:
 
     Such a value is made of JSON types only, so its round trip cannot change it and is
     not checked; what can still be refused is what the encoder refuses (infinities from
-    huge literals, lone surrogates from ``\\ud800`` escapes, nesting too deep).
+    huge literals, lone surrogates from ``\\ud800`` escapes) and nesting deeper than
+    ``MAX_NESTING``.
     """
     try:
         text = _encoder.encode(value)
         size = len(text) if text.isascii() else len(text.encode("utf-8"))
-    except (TypeError, ValueError, RecursionError) as exc:
+    except RecursionError:
+        raise _too_deep(what) from None
+    except (TypeError, ValueError) as exc:
         raise InvalidMessage(f"{what} is not storable JSON ({type(exc).__name__})") from None
+    if nesting_exceeds(text):
+        raise _too_deep(what)
     return text, size
 
 

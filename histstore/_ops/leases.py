@@ -149,7 +149,7 @@ class Leases:
                     event = ctx.shared.lease_released.setdefault(conversation, asyncio.Event())
                     try:
                         await asyncio.wait_for(event.wait(), min(poll, max(left, 0.001)))
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         poll = min(poll * 2, _MAX_POLL)
         finally:
             queue.waiting -= 1

@@ -19,7 +19,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from alembic.operations import Operations
-from alembic.runtime.migration import MigrationContext
+from alembic.runtime.migration import MigrationContext, MigrationStep
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy import inspect
@@ -193,19 +193,14 @@ def _run_upgrade(
 
     This drives Alembic's ``MigrationContext`` directly rather than through ``env.py``
     and Alembic's global environment, so it also works from inside a host
-    application's own ``env.py`` (whose environment it must not replace). Alembic has
-    no public call for "the steps from here to head"; where its ``_upgrade_revs`` is
-    missing, the ``alembic`` command's own upgrade runs instead (outside a host's env).
+    application's own ``env.py`` (whose environment it must not replace). The steps
+    come from Alembic's public calls only (``_upgrade_steps``).
     """
     script = ScriptDirectory.from_config(alembic_config())
-    steps = getattr(script, "_upgrade_revs", None)
-    if steps is None:  # pragma: no cover - depends on the installed Alembic
-        command.upgrade(alembic_config(connection, schema=schema), "head")
-        return
     counted = {"done": 0, "total": 0}
 
     def plan(rev: Any, _ctx: Any) -> Any:
-        found = steps("head", rev)
+        found = _upgrade_steps(script, rev)
         counted["total"] = len(found)
         if progress is not None:
             progress(0, counted["total"])
@@ -235,6 +230,18 @@ def _run_upgrade(
     finally:
         if schema is not None:
             connection.execution_options(schema_translate_map=before)
+
+
+def _upgrade_steps(script: ScriptDirectory, current: Any) -> list[MigrationStep]:
+    """The upgrade steps from ``current`` (the database's heads, as Alembic hands them
+    to a migration ``fn``) to head, oldest first: the revisions that
+    ``ScriptDirectory.iterate_revisions`` walks (newest first, ``implicit_base`` as
+    ``alembic upgrade`` walks them), each made a step by ``MigrationStep``."""
+    revisions = script.iterate_revisions("head", current, implicit_base=True)
+    return [
+        MigrationStep.upgrade_from_script(script.revision_map, revision)
+        for revision in reversed(list(revisions))
+    ]
 
 
 # ---------------------------------------------------------------------------- offline

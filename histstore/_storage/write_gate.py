@@ -21,7 +21,7 @@ class WriteGate:
         self._lock = asyncio.Lock()
         self._queued = 0  # writers waiting (or woken and not yet running)
 
-    async def take(self, timeout: float) -> bool:
+    async def take(self, timeout: float) -> bool:  # noqa: ASYNC109 - answers False on time-out
         """Take the gate; ``False`` when ``timeout`` seconds passed first."""
         if not self._lock.locked() and not self._queued:
             await self._lock.acquire()  # returns at once: free, and no waiter to pass
@@ -29,7 +29,7 @@ class WriteGate:
         self._queued += 1
         try:
             await asyncio.wait_for(self._lock.acquire(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         finally:
             self._queued -= 1

@@ -81,6 +81,7 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from .._core import rules as _rules
+from .._core.codec import MAX_NESTING, nesting_exceeds
 from .._core.ids import validate_id
 from .._errors import HistStoreError
 from .._storage.rows import now
@@ -334,11 +335,13 @@ class Reader:
             self._stats.bytes_read += len(raw)
             if not raw.strip():
                 continue
+            if _nests_too_deep(raw):
+                raise self.error(f"a value is nested more than {MAX_NESTING} levels deep")
             try:
                 # NaN and Infinity parse here, and are refused where a value is stored.
                 record = _parse(raw)
-            except RecursionError:
-                raise self.error("the JSON is nested too deeply") from None
+            except RecursionError:  # pragma: no cover - the check above comes first
+                raise self.error(f"a value is nested more than {MAX_NESTING} levels deep") from None
             except (UnicodeDecodeError, ValueError):
                 raise self.error("not a JSON object (is this a histstore export?)") from None
             if not isinstance(record, dict):
@@ -409,6 +412,21 @@ class Reader:
 
 _decoder = json.JSONDecoder()
 _JSON_SPACE = " \t\n\r"
+
+_RECORD_LEVELS = 3
+"""How deep a record holds a stored value at most: a ``change`` record's ``removed``
+list, an entry in it, then the message."""
+
+
+def _nests_too_deep(raw: bytes) -> bool:
+    """Whether a line nests deeper than a record of values within the store's limit
+    (``_core.codec.MAX_NESTING``) can: checked before parsing, so that what is refused
+    does not depend on how deep the interpreter's ``json`` can go. Each stored value
+    is checked against the limit itself where it is stored."""
+    limit = MAX_NESTING + _RECORD_LEVELS
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    return nesting_exceeds(raw.decode("utf-8", "replace"), limit)
 
 
 def _parse(raw: bytes) -> Any:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import histstore
 from histstore import HistStoreError, InvalidId, InvalidMessage, Message, validate_id
+from histstore._core.codec import MAX_NESTING
 
 MARKER = "SECRET-CONTENT-7f3a"
 
@@ -321,6 +322,31 @@ async def test_special_values_round_trip_through_the_store(
     assert [m.to_dict() for m in back] == batch
     assert [json.dumps(m.to_dict()) for m in back] == [json.dumps(d) for d in batch]
     assert back == [Message.from_dict(d) for d in batch]
+
+
+async def test_nesting_is_limited_by_the_store_alike_on_every_python(
+    store: histstore.Store, cid: str
+) -> None:
+    # A message object is level 1: its content may nest MAX_NESTING - 1 deep. How deep
+    # Python's json goes depends on the interpreter (5,000 levels pass on 3.13 and fail
+    # on 3.11); the store's limit does not.
+    deepest = {"role": "user", "content": deep(MAX_NESTING - 1)}
+    await store.write(cid, [deepest])
+    await store.merge_metadata(cid, {"k": deep(MAX_NESTING)})
+    await store.list_append(cid, "steps", [deep(MAX_NESTING)])
+    assert [m.to_dict() for m in await store.read(cid)] == [deepest]
+    assert await store.metadata(cid) == {"k": deep(MAX_NESTING)}
+    assert await store.list_load(cid, "steps") == [deep(MAX_NESTING)]
+    too_deep = f"nested more than {MAX_NESTING} levels"
+    for levels in (MAX_NESTING + 1, 5000):
+        with pytest.raises(InvalidMessage, match=too_deep):
+            await store.write(cid, [{"role": "user", "content": deep(levels - 1)}])
+        with pytest.raises(InvalidMessage, match=too_deep):
+            await store.merge_metadata(cid, {"k": deep(levels)})
+        with pytest.raises(InvalidMessage, match=too_deep):
+            await store.list_append(cid, "steps", [deep(levels)])
+    assert await store.count(cid) == 1
+    assert await store.list_len(cid, "steps") == 1
 
 
 async def test_large_payload_round_trips_through_the_store(

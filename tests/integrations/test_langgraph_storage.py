@@ -17,7 +17,7 @@ from helpers import alembic
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.graph import START, MessagesState, StateGraph
-from sqlalchemy import delete, func, insert, select, text, update
+from sqlalchemy import bindparam, delete, func, insert, select, text, update
 
 import histstore
 from histstore import SchemaError
@@ -350,8 +350,9 @@ def test_the_sync_api_stores_and_reads_extensions(tmp_path: Path):
 
 def _sqlite_rows(path: Path) -> list[str | None]:
     import sqlite3
+    from contextlib import closing
 
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn:
         found = conn.execute(
             "SELECT base FROM histstore_checkpoint_blobs ORDER BY version"
         ).fetchall()
@@ -393,7 +394,7 @@ async def test_the_upgrade_keeps_stored_checkpoints_and_the_downgrade_refuses_de
                     " checkpoint_id, parent_checkpoint_id, run_id, type, checkpoint, metadata,"
                     " created_at) VALUES (:thread_id, :checkpoint_ns, :id, NULL, NULL, :type,"
                     " :checkpoint, '{}', :now)"
-                ),
+                ).bindparams(bindparam("now", type_=_schema.UTCDateTime)),
                 {**key, "id": cp["id"], "type": type_, "checkpoint": checkpoint, "now": now},
             )
             await conn.execute(

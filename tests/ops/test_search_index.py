@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from contextlib import closing
 from typing import Any
 
 from conftest import Backend
@@ -43,7 +44,7 @@ asyncio.run(main())
 async def listed(backend: Backend) -> int:
     """What the pending list holds: messages on SQLite, runs of messages on Postgres."""
     if backend.name == "sqlite-file":
-        with sqlite3.connect(backend.url) as db:
+        with closing(sqlite3.connect(backend.url)) as db:  # ``with`` alone leaves it open
             count: int = db.execute(f"SELECT count(*) FROM {PENDING_TABLE}").fetchone()[0]
         return count
     async with backend.connect(read_only=True) as store, store.engine.connect() as conn:

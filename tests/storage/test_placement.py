@@ -10,7 +10,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from helpers import REPO, _pg_execute, empty_pg_database, pg_fetch, subprocess_env, user_msgs
+from helpers import (
+    ALEMBIC,
+    PYTHON,
+    _pg_execute,
+    empty_pg_database,
+    pg_fetch,
+    subprocess_env,
+    user_msgs,
+)
 from sqlalchemy import make_url
 
 import histstore
@@ -177,7 +185,7 @@ _HOST_REVISION = textwrap.dedent(
 
 async def _alembic(cwd: Path, *args: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
-        str(REPO / ".venv" / "bin" / "alembic") if (REPO / ".venv").exists() else "alembic",
+        str(ALEMBIC),
         *args,
         cwd=cwd,
         env=subprocess_env(),
@@ -213,7 +221,7 @@ async def test_the_host_runs_histstore_migrations_from_its_own_alembic(
 
 async def _histstore(*args: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
-        str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv").exists() else "python3",
+        PYTHON,
         "-m",
         "histstore",
         *args,

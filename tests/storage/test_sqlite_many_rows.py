@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from typing import Any
 
 import pytest
@@ -34,16 +35,15 @@ def _rows(conn: sqlite3.Connection) -> list[Any]:
 
 @given(n=st.integers(min_value=0, max_value=3 * MAX_ROWS + 7))
 def test_a_batch_is_inserted_whole_in_order(n: int) -> None:
-    conn = sqlite3.connect(":memory:", isolation_level=None)
-    conn.execute("CREATE TABLE t (k INT PRIMARY KEY, v TEXT, b BLOB)")
-    rows = [(n - i, None if i % 3 == 0 else f"v{i}", bytes([i % 256])) for i in range(n)]
-    seen = _statements(conn)
-    execute_many(conn, "INSERT INTO t (k, v, b) VALUES (?, ?, ?)", rows)
-    conn.set_trace_callback(None)
-    assert _rows(conn) == rows
+    with closing(sqlite3.connect(":memory:", isolation_level=None)) as conn:
+        conn.execute("CREATE TABLE t (k INT PRIMARY KEY, v TEXT, b BLOB)")
+        rows = [(n - i, None if i % 3 == 0 else f"v{i}", bytes([i % 256])) for i in range(n)]
+        seen = _statements(conn)
+        execute_many(conn, "INSERT INTO t (k, v, b) VALUES (?, ?, ?)", rows)
+        conn.set_trace_callback(None)
+        assert _rows(conn) == rows
     # Runs of MAX_ROWS, then a statement per bit of the rest: never one per row.
     assert len(seen) <= n // MAX_ROWS + bin(n % MAX_ROWS).count("1")
-    conn.close()
 
 
 def test_an_upsert_meets_earlier_rows_of_its_batch(conn: sqlite3.Connection) -> None:
