@@ -7,7 +7,6 @@ back politely on a silent server)."""
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
@@ -159,19 +158,14 @@ class LongWork:
         limit = self._limit
         if limit is None:
             return await work
-        if sys.version_info >= (3, 11):
-            scope = asyncio.timeout(limit)
-            try:
-                async with scope:
-                    return await work
-            except TimeoutError:
-                if scope.expired():
-                    raise CallTimeout(limit) from None
-                raise
+        scope = asyncio.timeout(limit)
         try:
-            return await asyncio.wait_for(work, limit)
-        except asyncio.TimeoutError:
-            raise CallTimeout(limit) from None
+            async with scope:
+                return await work
+        except TimeoutError:
+            if scope.expired():
+                raise CallTimeout(limit) from None
+            raise
 
     def _abandoned_if_cancelled(self, conn: AsyncConnection) -> _AbandonedIfCancelled:
         """SQLAlchemy work on ``conn``: when it is cancelled, give the driver connection

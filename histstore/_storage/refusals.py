@@ -129,7 +129,7 @@ class Backoff:
     def _pause(self) -> float:
         return random.uniform(0, self._ceiling)  # noqa: S311 - jitter, not a secret
 
-    async def _next(self, timeout: float, *, head: bool) -> None:
+    async def _next(self, timeout: float, *, head: bool) -> None:  # noqa: ASYNC109 - a bound of the wait, not the caller's
         """Return at the next ``given_back()`` (``head``: the first to be woken), or
         after ``timeout`` seconds."""
         waiter = asyncio.get_running_loop().create_future()
