@@ -726,13 +726,14 @@ async def test_semantic_marks_upgrade_and_downgrade(engine: AsyncEngine, empty_u
     messages lowers the mark; a downgrade drops the table and its trigger, and messages
     are deleted as before."""
     now = datetime.now(timezone.utc)
+    at = bindparam("t", type_=_schema.UTCDateTime)  # stored as the store stores times
     await alembic(engine, "upgrade", "c8d2f4a6e1b9")
     async with engine.begin() as conn:
         await conn.execute(
             text(
                 "INSERT INTO histstore_conversations (id, length, created_at, updated_at,"
                 " revision, next_entry, listed_changes) VALUES ('c', 4, :t, :t, 0, 5, 1)"
-            ),
+            ).bindparams(at),
             {"t": now},
         )
         for p in range(4):
@@ -740,7 +741,7 @@ async def test_semantic_marks_upgrade_and_downgrade(engine: AsyncEngine, empty_u
                 text(
                     "INSERT INTO histstore_messages (conversation_id, position, data,"
                     " created_at, entry_id) VALUES ('c', :p, :d, :t, :e)"
-                ),
+                ).bindparams(at),
                 {
                     "p": p,
                     "d": json.dumps({"role": "user", "content": f"owl {p}"}),
