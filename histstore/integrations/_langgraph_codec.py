@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 from uuid import UUID
 
@@ -233,12 +233,17 @@ def load(
             continue
         if blob.base is None and (blob.type == "empty" or blob.blob is None):
             continue
+        key = (stored.thread_id, stored.checkpoint_ns, channel)
+        # What was known of the channel is taken out before the decode, keeping only its
+        # account of the chain: its items are let go (a large value otherwise stays
+        # alive beside the one decoded, and the garbage collector walks both).
+        known = None if recent is None else recent.take(key)
+        account = None if known is None else (replace(known, items=()), len(known.items))
+        del known
         value, chain = rebuild(loads, found, blob, stored, shared)
         values[channel] = value
         if recent is not None and type(value) is list:
-            key = (stored.thread_id, stored.checkpoint_ns, channel)
-            known = recent.get(key)
-            recent.remember([(key, Recent.read(version, tuple(value), chain, known))])
+            recent.remember([(key, Recent.read(version, tuple(value), chain, account))])
     checkpoint["channel_values"] = values
     writes: list[PendingWrite] = [
         (w.task_id, w.channel, loads((w.type, w.blob))) for w in stored.writes

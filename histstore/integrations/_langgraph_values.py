@@ -168,17 +168,18 @@ class Recent:
         version: str,
         items: tuple[Any, ...],
         chain: list[tuple[Blob, int]],
-        known: Recent | None,
+        known: tuple[Recent, int] | None,
     ) -> Recent:
         """The value read at ``version``, rebuilt from ``chain`` (``rebuild``'s parts).
-        Where ``known`` is this very version (as when a graph reads back the checkpoint
-        it just stored), its account of the chain is kept, with the items read (the
+        Where ``known`` (a ``Recent`` and how many items it held) is this very version
+        (as when a graph reads back the checkpoint it just stored), its account of the
+        chain is kept, with the items read (the
         objects the next value will hold). Otherwise, the parts after the whole copy
         count as blocks and the next block extends this version: the chain's shape is
         not stored, and so, after a process starts, a thread's first whole copy may
         come early."""
-        if known is not None and known.version == version and len(known.items) == len(items):
-            return replace(known, items=items)
+        if known is not None and known[0].version == version and known[1] == len(items):
+            return replace(known[0], items=items)
         (whole, whole_items), rest = chain[0], chain[1:]
         blocks = sum(len(b.blob or b"") for b, _ in rest)
         size = len(whole.blob or b"")
@@ -249,6 +250,11 @@ class RecentValues:
     def get(self, key: ChannelKey) -> Recent | None:
         with self._lock:
             return self._items.get(key)
+
+    def take(self, key: ChannelKey) -> Recent | None:
+        """What is known of ``key``, forgotten."""
+        with self._lock:
+            return self._items.pop(key, None)
 
     def remember(self, pairs: Iterable[tuple[ChannelKey, Recent]]) -> None:
         with self._lock:
