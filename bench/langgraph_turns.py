@@ -7,10 +7,16 @@ characters of random words each, so that compression hides nothing). Every threa
 written through the saver's own ``aput`` into a database of its own, and its size is
 that database's growth (SQLite: the file after ``VACUUM``; PostgreSQL: the saver's
 tables after ``VACUUM FULL``), divided by the turns. The read is ``aget_tuple`` of the
-thread's newest checkpoint (what LangGraph does before each run), the median of
-``--reads`` reads made by a fresh process that opens the database and reads the thread
-with a new saver, as an application starting a run would (the writing process's
-objects would otherwise weigh on the reads through the garbage collector). LangGraph's
+thread's newest checkpoint (what LangGraph does before each run), made by a fresh
+process that opens the database and reads the thread with a new saver, as an
+application starting a run would (the writing process's objects would otherwise weigh
+on the reads through the garbage collector). Its time is the mean of ``--reads`` reads,
+or of as many as ``--read-seconds`` take if that is more: a read allocates an object or
+more per message, and the collector's full passes, which such allocations cause, come
+once every few reads of a large thread but once in dozens of a small one, so a median
+would count them at one size and not at the other. Beside it, ``decode`` is the time
+the saver's serializer takes to decode the same messages from one blob, as LangGraph's
+own savers store them: the floor that any saver's read of that checkpoint pays. LangGraph's
 own savers (``AsyncSqliteSaver``, ``AsyncPostgresSaver``) store every checkpoint's whole
 list, so their storage grows with the square of the turns: they run up to 500 turns.
 
@@ -20,6 +26,7 @@ read per message at the largest size at most 1.2x that at 500 turns.
 
     python bench/langgraph_turns.py [--backend sqlite|postgres|all] [--pg-url URL]
                                     [--quick] [--turns 50,500,5000] [--reads N]
+                                    [--read-seconds S]
                                     [--sqlite-dir DIR] [--json FILE]
 """
 
@@ -28,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import statistics
 import sys
 import tempfile
 import time
@@ -103,25 +111,51 @@ async def write_thread(saver: BaseCheckpointSaver[Any], turns: int) -> str:
     return thread
 
 
-async def read_us(saver: BaseCheckpointSaver[Any], thread: str, turns: int, reads: int) -> float:
-    """The median time of ``aget_tuple`` of the thread's newest checkpoint, in µs."""
+async def read_us(
+    saver: BaseCheckpointSaver[Any], thread: str, turns: int, reads: int, seconds: float
+) -> dict[str, float]:
+    """The mean and median times of ``aget_tuple`` of the thread's newest checkpoint, and
+    the serializer's decode of its messages from one blob (the floor), in µs."""
     config: Any = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
     first = await saver.aget_tuple(config)
     assert first is not None
-    assert len(first.checkpoint["channel_values"]["messages"]) == 2 * turns
-    times = []
-    for _ in range(reads):
+    messages = first.checkpoint["channel_values"]["messages"]
+    assert len(messages) == 2 * turns
+    times = await _timed(lambda: saver.aget_tuple(config), reads, seconds)
+    blob = saver.serde.dumps_typed(messages)
+    del first, messages
+
+    async def decode() -> Any:
+        return saver.serde.loads_typed(blob)
+
+    floor = await _timed(decode, reads, seconds)
+    return {
+        "read_us": statistics.fmean(times) * 1e6,
+        "read_p50_us": median(times) * 1e6,
+        "decode_us": statistics.fmean(floor) * 1e6,
+    }
+
+
+async def _timed(call: Callable[[], Awaitable[Any]], reads: int, seconds: float) -> list[float]:
+    """The times of at least ``reads`` calls, and of more until ``seconds`` have passed."""
+    times: list[float] = []
+    until = time.perf_counter() + seconds
+    while len(times) < reads or time.perf_counter() < until:
         started = time.perf_counter()
-        await saver.aget_tuple(config)
+        await call()
         times.append(time.perf_counter() - started)
-    return median(times) * 1e6
+    return times
 
 
 Size = Callable[[], Awaitable[int]]
 
 
+Reads = tuple[int, float]
+"""The fewest reads timed per thread, and the seconds they take at least."""
+
+
 async def measure(
-    saver: BaseCheckpointSaver[Any], size: Size, turns: int, reads: int, reader: list[str]
+    saver: BaseCheckpointSaver[Any], size: Size, turns: int, reads: Reads, reader: list[str]
 ) -> dict[str, float]:
     """Write a thread of ``turns`` with ``saver``; its bytes per turn, and the read time
     of its newest checkpoint measured by a child process (``reader``: the saver's kind
@@ -135,30 +169,31 @@ async def measure(
         sys.executable,
         _SCRIPT,
         "--read-child",
-        ",".join([*reader, thread, str(turns), str(reads)]),
+        ",".join([*reader, thread, str(turns), str(reads[0]), str(reads[1])]),
         stdout=asyncio.subprocess.PIPE,
     )
     out, _ = await child.communicate()
     if child.returncode != 0:
         raise RuntimeError(f"the reading process failed ({child.returncode})")
-    return {"bytes_per_turn": grown / turns, "read_us": float(out), "write_s": write_s}
+    return {"bytes_per_turn": grown / turns, **json.loads(out), "write_s": write_s}
 
 
-async def read_child(spec: str) -> float:
+async def read_child(spec: str) -> dict[str, float]:
     """In the reading process: open the saver ``spec`` names, time its reads."""
-    kind, target, thread, turns, reads = spec.split(",")
+    kind, target, thread, turns_, reads_, seconds_ = spec.split(",")
+    turns, reads, seconds = int(turns_), int(reads_), float(seconds_)
     if kind == "histstore":
         async with histstore.connect(target) as store:
-            return await read_us(HiststoreSaver(store), thread, int(turns), int(reads))
+            return await read_us(HiststoreSaver(store), thread, turns, reads, seconds)
     if kind == "sqlite":
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
         async with AsyncSqliteSaver.from_conn_string(target) as lg:
-            return await read_us(lg, thread, int(turns), int(reads))
+            return await read_us(lg, thread, turns, reads, seconds)
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
     async with AsyncPostgresSaver.from_conn_string(target) as pg:
-        return await read_us(pg, thread, int(turns), int(reads))
+        return await read_us(pg, thread, turns, reads, seconds)
 
 
 def sqlite_size(path: Path) -> Size:
@@ -199,7 +234,7 @@ def pg_size(url: str, like: str) -> Size:
     return size
 
 
-async def run_sqlite(directory: str | None, sizes: list[int], reads: int) -> dict[str, Any]:
+async def run_sqlite(directory: str | None, sizes: list[int], reads: Reads) -> dict[str, Any]:
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
     out: dict[str, Any] = {"histstore": {}, "langgraph": {}}
@@ -222,7 +257,7 @@ async def run_sqlite(directory: str | None, sizes: list[int], reads: int) -> dic
     return out
 
 
-async def run_postgres(admin_url: str, sizes: list[int], reads: int) -> dict[str, Any]:
+async def run_postgres(admin_url: str, sizes: list[int], reads: Reads) -> dict[str, Any]:
     from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
     out: dict[str, Any] = {"histstore": {}, "langgraph": {}}
@@ -261,21 +296,34 @@ def verdicts(result: dict[str, Any], sizes: list[int]) -> list[str]:
         if large > middle:
             per = (hs[large]["read_us"] / large) / (hs[middle]["read_us"] / middle)
             ok = "PASS" if per <= READ_TARGET else "FAIL"
-            lines.append(f"read per message {large:,} / {middle:,} turns: {per:.2f}x ({ok})")
+            floor = (hs[large]["decode_us"] / large) / (hs[middle]["decode_us"] / middle)
+            lines.append(
+                f"read per message {large:,} / {middle:,} turns: {per:.2f}x ({ok});"
+                f" the serializer's decode alone: {floor:.2f}x"
+            )
     return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--read-child":
-        print(asyncio.run(read_child(sys.argv[2])))
+        print(json.dumps(asyncio.run(read_child(sys.argv[2]))))
         return 0
     parser = bench_parser(__doc__ or "")
     parser.add_argument("--turns", default=None, help="comma-separated thread sizes, in turns")
-    parser.add_argument("--reads", type=int, default=None, help="reads measured per thread")
+    parser.add_argument("--reads", type=int, default=None, help="fewest reads timed per thread")
+    parser.add_argument(
+        "--read-seconds",
+        type=float,
+        default=None,
+        help="seconds of reads timed per thread, at least",
+    )
     args = parser.parse_args(argv)
     default = "20,100,400" if args.quick else "50,500,5000"
     sizes = sorted(int(n) for n in (args.turns or default).split(","))
-    reads = args.reads or (5 if args.quick else 30)
+    reads = (
+        args.reads or (5 if args.quick else 30),
+        args.read_seconds or (0.2 if args.quick else 3.0),
+    )
     kinds = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]
 
     async def run_all() -> dict[str, Any]:
@@ -299,12 +347,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                         f"{turns:,}",
                         f"{r['bytes_per_turn']:,.0f}",
                         f"{r['read_us']:,.0f}",
+                        f"{r['read_p50_us']:,.0f}",
                         f"{r['read_us'] / (2 * turns):,.2f}",
+                        f"{r['decode_us'] / (2 * turns):,.2f}",
                         f"{r['write_s']:.1f}",
                     ]
                 )
-    headers = ["backend", "saver", "turns", "bytes/turn", "read us", "read us/msg", "write s"]
-    print(f"a chat thread's storage and its newest checkpoint's read (median of {reads})")
+    headers = [
+        "backend", "saver", "turns", "bytes/turn", "read us", "p50 us", "read us/msg",
+        "decode us/msg", "write s",
+    ]  # fmt: skip
+    print(
+        "a chat thread's storage and its newest checkpoint's read (mean of at least"
+        f" {reads[0]} reads and {reads[1]:g} s; decode: the messages from one blob)"
+    )
     print(render_table(headers, rows))
     for kind, result in results.items():
         for line in verdicts(result, sizes):
