@@ -382,6 +382,11 @@ class HiststoreSessionRepository(BridgedAdapter, SessionRepository):
 
         self._run("update_multi_agent", update)
 
+    def close(self) -> None:
+        """Release an owned store and the private loop thread (a borrowed store stays
+        open), from any thread, a running loop's too: Strands code is sync. Idempotent."""
+        self._bridge.handle.close_sync()
+
     def __repr__(self) -> str:
         return "HiststoreSessionRepository()"
 

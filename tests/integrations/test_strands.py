@@ -1,0 +1,376 @@
+"""The Strands Agents ``SessionRepository`` (SPEC 15), driven by Strands' own ``Agent``,
+``RepositorySessionManager`` and ``Graph`` with a scripted model, on every backend.
+
+Strands calls the repository synchronously; with a borrowed ``Store`` the agent runs in
+a worker thread (``asyncio.to_thread``), as the repository documents."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from cli_runner import ok
+from strands import Agent, tool
+from strands.multiagent import GraphBuilder
+from strands.session import RepositorySessionManager
+from strands.types.exceptions import SessionException
+from strands.types.session import Session, SessionAgent, SessionMessage, SessionType
+from strands_models import ScriptedModel, redact_input, say, use_tool
+
+import histstore
+from histstore import Message, Store, compact, indexed_text
+from histstore.integrations.strands import (
+    REDACTION_AUTHOR,
+    HiststoreSessionManager,
+    HiststoreSessionRepository,
+)
+
+T = TypeVar("T")
+AGENT = "forecaster"
+
+
+def conversation(session_id: str, agent_id: str = AGENT) -> str:
+    return f"strands-agent/{session_id}/{agent_id}"
+
+
+@tool
+def get_weather(city: str) -> str:
+    """The weather in a city."""
+    return f"drizzle over {city}"
+
+
+def forecaster(model: ScriptedModel, manager: Any) -> Agent:
+    return Agent(
+        model=model,
+        tools=[get_weather],
+        session_manager=manager,
+        agent_id=AGENT,
+        callback_handler=None,
+    )
+
+
+async def in_thread(fn: Callable[[], T]) -> T:
+    """Run Strands' sync calls off the store's loop (a borrowed store's loop serves them)."""
+    return await asyncio.to_thread(fn)
+
+
+def weather_turns(model: ScriptedModel, repository: Any, sid: str, cities: list[str]) -> Agent:
+    """An agent with one tool-using turn per city in session ``sid``."""
+    for i, city in enumerate(cities):
+        model.script += [use_tool("get_weather", f"{sid}-{i}", city=city), say(f"Rain in {city}.")]
+    agent = forecaster(model, RepositorySessionManager(sid, repository))
+    for city in cities:
+        agent(f"Weather in {city}?")
+    return agent
+
+
+# ---------------------------------------------------------------- the agent's own runner
+
+
+async def test_agent_turns_with_a_tool_are_stored_and_resume(store: Store, cid: str) -> None:
+    repository = HiststoreSessionRepository(store)
+    model = ScriptedModel()
+
+    def first() -> Agent:
+        agent = weather_turns(model, repository, cid, ["Lima"])
+        agent.state.set("units", {"temp": "C", "seen": [1, None]})
+        model.script.append(say("You're welcome."))
+        agent("Thanks!")
+        return agent
+
+    before = await in_thread(first)
+    stored = await store.read(conversation(cid))
+    assert [m.role for m in stored] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert {m.to_dict()["type"] for m in stored} == {"strands_message"}
+    assert [m.to_dict()["session_message"]["message_id"] for m in stored] == list(range(6))
+    assert indexed_text(stored[1]) == "Lima"  # the call's arguments, not the tool's name
+    assert [h.position for h in await store.search("drizzle", conversation=conversation(cid))] == [
+        2
+    ]
+    metadata = await store.metadata(conversation(cid))
+    assert metadata["strands:state"] == {"units": {"temp": "C", "seen": [1, None]}}
+    assert metadata["strands:kind"] == "agent"
+
+    # A new process: a new repository on the same database restores the agent exactly.
+    again = HiststoreSessionRepository(store)
+    model.script.append(say("Still raining."))
+
+    def second() -> Agent:
+        agent = forecaster(model, RepositorySessionManager(cid, again))
+        restored = [dict(m) for m in agent.messages]
+        assert restored == [dict(m) for m in before.messages]
+        assert agent.state.get("units") == {"temp": "C", "seen": [1, None]}
+        agent("And now?")
+        return agent
+
+    after = await in_thread(second)
+    assert len(after.messages) == 8
+    assert model.seen[-1][2]["content"][0]["toolResult"]["content"] == [
+        {"text": "drizzle over Lima"}
+    ]
+    assert await store.count(conversation(cid)) == 8
+
+
+async def test_redaction_is_an_edit_the_log_can_undo(store: Store, cid: str) -> None:
+    repository = HiststoreSessionRepository(store)
+    model = ScriptedModel(say("Hello."), redact_input("[input redacted]", "I cannot help."))
+
+    def run() -> Agent:
+        agent = forecaster(model, RepositorySessionManager(cid, repository))
+        agent("Hi")
+        agent("my card is 4111 1111")
+        return agent
+
+    agent = await in_thread(run)
+    assert agent.messages[2]["content"] == [{"text": "[input redacted]"}]
+    c = conversation(cid)
+    stored = await store.read(c)
+    assert indexed_text(stored[2]) == "[input redacted]"
+    assert stored[2].author == REDACTION_AUTHOR
+    assert await store.search("4111", conversation=c) == []
+    changes = await store.changes(c)
+    redaction = changes[-2]  # the redaction, then the model's answer
+    assert (redaction.kind, redaction.author) == ("splice", REDACTION_AUTHOR)
+    # The message as it was is in the log: reverting to before the redaction restores it.
+    await store.revert(c, redaction.revision - 1, by="test:undo")
+    restored = await store.read(c)
+    assert indexed_text(restored[2]) == "my card is 4111 1111"
+    assert [h.position for h in await store.search("4111", conversation=c)] == [2]
+    assert restored[2].entry_id == stored[2].entry_id
+
+
+async def test_graph_state_is_stored_and_read_back(store: Store, cid: str) -> None:
+    repository = HiststoreSessionRepository(store)
+
+    def run() -> dict[str, Any] | None:
+        builder = GraphBuilder()
+        builder.add_node(
+            Agent(model=ScriptedModel(say("notes")), callback_handler=None), "research"
+        )
+        builder.add_node(Agent(model=ScriptedModel(say("report")), callback_handler=None), "write")
+        builder.add_edge("research", "write")
+        builder.set_max_node_executions(4)
+        builder.set_session_manager(RepositorySessionManager(cid, repository))
+        graph = builder.build()
+        result = graph("Write about rain")
+        assert result.status.value == "completed"
+        return repository.read_multi_agent(cid, graph.id)
+
+    state = await in_thread(run)
+    assert state is not None
+    assert state["status"] == "completed"
+    assert state["execution_order"] == ["research", "write"]
+    [found] = await store.conversations(metadata={"strands:kind": "multi_agent"})
+    assert found == f"strands-multi-agent/{cid}/default_graph"
+
+
+# ---------------------------------------------------------------- the repository's contract
+
+
+def text_message(text: str, i: int, role: str = "user") -> SessionMessage:
+    return SessionMessage({"role": role, "content": [{"text": text}]}, i)  # type: ignore[typeddict-item]
+
+
+async def test_repository_calls_like_the_file_repository(store: Store, cid: str) -> None:
+    repository = HiststoreSessionRepository(store)
+
+    def run() -> None:
+        assert repository.read_session(cid) is None
+        session = Session(session_id=cid, session_type=SessionType.AGENT)
+        repository.create_session(session)
+        with pytest.raises(SessionException, match="already exists"):
+            repository.create_session(session)
+        assert repository.read_session(cid) == session
+
+        assert repository.read_agent(cid, "a") is None
+        with pytest.raises(SessionException, match="does not exist"):
+            repository.update_agent(cid, SessionAgent("a", {}, {}))
+        created = SessionAgent("a", {"n": 1}, {"removed_message_count": 0})
+        repository.create_agent(cid, created)
+        assert repository.read_agent(cid, "a") == created
+        update = SessionAgent("a", {"n": 2}, {"removed_message_count": 0})
+        repository.update_agent(cid, update)
+        read = repository.read_agent(cid, "a")
+        assert read is not None
+        assert read.state == {"n": 2}
+        assert read.created_at == created.created_at
+
+        image = {"image": {"format": "png", "source": {"bytes": b"\x89PNG\x00\xff"}}}
+        first = SessionMessage({"role": "user", "content": [{"text": "look"}, image]}, 0)  # type: ignore[list-item]
+        repository.create_message(cid, "a", first)
+        repository.create_message(cid, "a", first)  # the same message again: confirmed
+        assert repository.read_message(cid, "a", 0) == first  # bytes come back as bytes
+        with pytest.raises(SessionException):
+            repository.create_message(cid, "a", text_message("other", 0))
+        with pytest.raises(SessionException):
+            repository.create_message(cid, "a", text_message("gap", 2))
+        for i in range(1, 6):
+            repository.create_message(cid, "a", text_message(f"m{i}", i, "assistant"))
+        assert repository.read_message(cid, "a", 6) is None
+        page = repository.list_messages(cid, "a", limit=2, offset=3)
+        assert [(m.message_id, m.message["content"][0]["text"]) for m in page] == [
+            (3, "m3"),
+            (4, "m4"),
+        ]
+        assert len(repository.list_messages(cid, "a", offset=1)) == 5
+        with pytest.raises(SessionException, match="does not exist"):
+            repository.list_messages(cid, "nobody")
+        with pytest.raises(SessionException, match="does not exist"):
+            repository.update_message(cid, "a", text_message("x", 9))
+
+        with pytest.raises(SessionException, match="does not exist"):
+            repository.update_multi_agent(cid, _FakeMultiAgent({"step": 0}))
+        repository.create_multi_agent(cid, _FakeMultiAgent({"step": 1}))
+        repository.update_multi_agent(cid, _FakeMultiAgent({"step": 2, "data": (1, 2)}))
+        assert repository.read_multi_agent(cid, "team") == {"step": 2, "data": [1, 2]}
+        assert repository.read_multi_agent(cid, "other") is None
+
+        repository.delete_session(cid)
+        assert repository.read_session(cid) is None
+        assert repository.read_agent(cid, "a") is None
+        assert repository.read_multi_agent(cid, "team") is None
+        with pytest.raises(SessionException, match="does not exist"):
+            repository.delete_session(cid)
+
+    await in_thread(run)
+    assert await store.conversations() == []
+
+
+class _FakeMultiAgent:
+    """What the repository reads of a multi-agent: its id and serialized state."""
+
+    id = "team"
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        self.state = state
+
+    def serialize_state(self) -> dict[str, Any]:
+        return self.state
+
+
+async def test_values_without_a_json_form_raise_a_typed_error(store: Store, cid: str) -> None:
+    repository = HiststoreSessionRepository(store)
+    bad = SessionMessage({"role": "user", "content": [{"text": "x", "when": object()}]}, 0)  # type: ignore[typeddict-unknown-key]
+    with pytest.raises(histstore.InvalidMessage):
+        await in_thread(lambda: repository.create_message(cid, "a", bad))
+    assert not await store.exists(conversation(cid, "a"))
+
+
+async def test_list_messages_reads_only_what_it_returns(
+    store: Store, cid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = conversation(cid, "a")
+    from histstore.integrations._strands_records import message_record
+
+    await store.write(c, [message_record(text_message(f"m{i}", i)) for i in range(600)])
+    read = store.read
+    seen: list[int] = []
+
+    async def spy(*args: Any, **kwargs: Any) -> Any:
+        got = await read(*args, **kwargs)
+        seen.append(len(got))
+        return got
+
+    monkeypatch.setattr(store, "read", spy)
+    repository = HiststoreSessionRepository(store)
+    page = await in_thread(lambda: repository.list_messages(cid, "a", limit=10, offset=500))
+    assert [m.message_id for m in page] == list(range(500, 510))
+    assert seen == [10]
+    assert (await in_thread(lambda: repository.read_message(cid, "a", 599))) is not None
+    assert seen == [10, 1]
+
+
+# ---------------------------------------------------------------- histstore's tools on it
+
+
+async def test_compact_then_the_agent_keeps_going(store: Store, cid: str) -> None:
+    repository = HiststoreSessionRepository(store)
+    model = ScriptedModel()
+    await in_thread(lambda: weather_turns(model, repository, cid, ["Accra", "Bamako", "Dakar"]))
+
+    async def summarize(messages: list[Message]) -> str:
+        return "Summary: " + "; ".join(t for t in map(indexed_text, messages) if t)
+
+    assert await compact(store, conversation(cid), summarize, keep_turns=1) is not None
+    model.script.append(say("Dry in Dakar now."))
+
+    def resume() -> Agent:
+        agent = forecaster(model, RepositorySessionManager(cid, repository))
+        assert agent.messages[0]["content"][0]["text"].startswith("Summary: Weather in Accra?")
+        agent("And now?")
+        return agent
+
+    agent = await in_thread(resume)
+    assert model.seen[-1][0]["content"][0]["text"].startswith("Summary: ")
+    assert await store.count(conversation(cid)) == len(agent.messages) == 7
+
+
+async def test_show_search_and_copy_carry_the_session(shared_backend: Any, tmp_path: Path) -> None:
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    async with shared_backend.connect() as store:
+        repository = HiststoreSessionRepository(store)
+        await in_thread(lambda: weather_turns(ScriptedModel(), repository, sid, ["Windhoek"]))
+    result = await ok("show", conversation(sid), "--url", shared_backend.url)
+    rows = [line.split(maxsplit=3) for line in result.out.splitlines()]
+    assert [(r[2], r[3]) for r in rows if len(r) == 4 and r[0].isdigit()] == [
+        ("user", "Weather in Windhoek?"),
+        ("assistant", f'-> get_weather(city="Windhoek")  [{sid}-0]'),
+        ("tool", f"<- [{sid}-0] drizzle over Windhoek"),
+        ("assistant", "Rain in Windhoek."),
+    ]
+    assert "strands_message" not in result.out
+    found = await ok("search", "Windhoek", "--url", shared_backend.url)
+    assert conversation(sid) in found.out
+    target = tmp_path / "copy.db"
+    await ok("copy", shared_backend.url, str(target))
+    model = ScriptedModel(say("Copied."))
+    with HiststoreSessionManager(sid, target) as manager:
+        agent = forecaster(model, manager)
+        assert [m["role"] for m in agent.messages] == ["user", "assistant", "user", "assistant"]
+        agent("Still there?")
+    assert len(model.seen[-1]) == 5
+
+
+# ---------------------------------------------------------------- where it runs
+
+
+async def test_an_owned_store_serves_sync_calls_inside_a_running_loop(shared_backend: Any) -> None:
+    """Strands calls the repository from its own loop: ``invoke_async`` on this loop."""
+    sid = f"s-{uuid.uuid4().hex[:8]}"
+    model = ScriptedModel(say("One."), say("Two."))
+    async with HiststoreSessionManager(sid, shared_backend.url) as manager:
+        agent = forecaster(model, manager)
+        await agent.invoke_async("first")
+        agent("second")  # sync, from this loop's thread: Strands runs its own loop
+    async with shared_backend.connect() as store:
+        assert await store.count(conversation(sid)) == 4
+
+
+async def test_a_borrowed_store_refuses_calls_on_its_own_loop(store: Store, cid: str) -> None:
+    repository = HiststoreSessionRepository(store)
+    with pytest.raises(RuntimeError, match="another thread"):
+        repository.read_session(cid)
+    assert await in_thread(lambda: repository.read_session(cid)) is None
+    async with repository:
+        pass
+    assert not store.closed  # a borrowed store is never closed
+
+
+def test_import_without_strands_names_the_extra() -> None:
+    code = "import sys; sys.modules['strands'] = None\nimport histstore.integrations.strands\n"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "pip install 'histstore[strands]'" in proc.stderr
