@@ -9,13 +9,19 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psycopg
 import pytest
 from cli_runner import ok
+from helpers import PG_ADMIN_URL
+from sqlalchemy import make_url
 from strands import Agent, tool
 from strands.multiagent import GraphBuilder
 from strands.session import RepositorySessionManager
@@ -374,3 +380,162 @@ def test_import_without_strands_names_the_extra() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode != 0
     assert "pip install 'histstore[strands]'" in proc.stderr
+
+
+# ---------------------------------------------------------------- concurrency, resources
+
+
+async def test_racing_writers_never_duplicate_a_message_nor_a_session(
+    store: Store, cid: str
+) -> None:
+    """Processes sharing a session (several repositories, each its own thread)."""
+    repositories = [HiststoreSessionRepository(store) for _ in range(6)]
+    session = Session(session_id=cid, session_type=SessionType.AGENT)
+
+    def create(repository: HiststoreSessionRepository) -> bool:
+        try:
+            repository.create_session(session)
+        except SessionException:
+            return False
+        return True
+
+    def append(i: int) -> bool:
+        try:
+            repositories[i].create_message(cid, "a", text_message(f"writer {i}", 0))
+        except SessionException:
+            return False
+        return True
+
+    same = text_message("the same", 1)
+    created = await asyncio.gather(*(in_thread(lambda r=r: create(r)) for r in repositories))
+    assert sorted(created) == [False] * 5 + [True]
+    won = await asyncio.gather(*(in_thread(lambda i=i: append(i)) for i in range(6)))
+    assert won.count(True) == 1
+    await asyncio.gather(
+        *(in_thread(lambda r=r: r.create_message(cid, "a", same)) for r in repositories)
+    )
+    stored = await store.read(conversation(cid, "a"))
+    assert [indexed_text(m) for m in stored] == [f"writer {won.index(True)}", "the same"]
+
+
+def _open_connections(backend: Any) -> tuple[int, int]:
+    """Server sessions on the backend's database, and aiosqlite threads still running."""
+    sqlite = sum("_connection_worker_thread" in t.name for t in threading.enumerate())
+    if not backend.url.startswith("postgresql"):
+        return 0, sqlite
+    database = make_url(backend.url).database
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        ).fetchone()
+    assert row is not None
+    return int(row[0]), sqlite
+
+
+def _settled(backend: Any, expected: tuple[int, int]) -> tuple[int, int]:
+    deadline = time.monotonic() + 5
+    while (now := _open_connections(backend)) != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return now
+
+
+def test_an_owned_repository_works_from_threads_and_loops_and_closes_clean(
+    shared_backend: Any,
+) -> None:
+    before = _settled(shared_backend, _open_connections(shared_backend))
+    repository = HiststoreSessionRepository(shared_backend.url)
+
+    def create(i: int) -> None:
+        repository.create_session(Session(session_id=f"t{i}", session_type=SessionType.AGENT))
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(create, range(8)))
+
+    async def inside_a_loop() -> None:  # a framework's sync hook, called from its loop
+        create(8)
+        assert repository.read_session("t3") is not None
+        repository.close()  # from a running loop too
+
+    asyncio.run(inside_a_loop())
+    assert _settled(shared_backend, before) == before
+    assert not [t for t in threading.enumerate() if t.name == "histstore-strands"]
+    with pytest.raises(histstore.HistStoreError):
+        repository.read_session("t1")
+
+    async def count() -> int:
+        async with shared_backend.connect() as store:
+            return len(await store.conversations(metadata={"strands:kind": "session"}))
+
+    assert asyncio.run(count()) == 9
+
+
+# ---------------------------------------------------------------- what is indexed and shown
+
+
+def test_every_block_kind_has_its_role_text_and_show_lines() -> None:
+    from histstore.cli._messages import message_lines
+    from histstore.integrations._strands_records import message_record
+
+    call = SessionMessage(
+        {
+            "role": "assistant",
+            "content": [
+                {"reasoningContent": {"reasoningText": {"text": "hidden plan"}}},
+                {"text": "Checking."},
+                {"toolUse": {"toolUseId": "t1", "name": "lookup", "input": {"q": "tides"}}},
+            ],
+        },
+        0,
+    )
+    result = SessionMessage(
+        {
+            "role": "user",
+            "content": [
+                {
+                    "toolResult": {
+                        "toolUseId": "t1",
+                        "status": "error",
+                        "content": [{"text": "partial"}, {"json": {"height": 3.5, "unit": "m"}}],
+                    }
+                }
+            ],
+        },
+        1,
+    )
+    guarded = SessionMessage(
+        {"role": "user", "content": [{"guardContent": {"text": {"text": "checked words"}}}]}, 2
+    )
+    records = [message_record(m) for m in (call, result, guarded)]
+    assert [r["role"] for r in records] == ["assistant", "tool", "user"]
+    assert [indexed_text(r) for r in records] == [
+        "Checking.\ntides",  # never the reasoning, the tool's name or ids
+        "partial\n3.5\nm",
+        "checked words",
+    ]
+    assert [message_lines(r) for r in records] == [
+        ["(thinking) hidden plan", "Checking.", '-> lookup(q="tides")  [t1]'],
+        ["<- [t1] partial", '{"height": 3.5, "unit": "m"}', "(error)"],
+        ["checked words"],
+    ]
+    stored = [Message.from_dict(r) for r in records]
+    histstore.turns.validate_pairing(stored)
+    assert histstore.turns.status(stored[:1]) == "interrupted"
+    assert histstore.turns.pending_tool_calls(stored[:1])[0]["name"] == "lookup"
+    # A redaction: role and text are the redacted message's.
+    redacted = SessionMessage(result.message, 1, redact_message=guarded.message)
+    assert message_record(redacted)["role"] == "user"
+    assert indexed_text(message_record(redacted)) == "checked words"
+
+
+async def test_a_scoped_store_owns_the_session(store: Store, cid: str) -> None:
+    ada = HiststoreSessionRepository(store.scoped("ada"))
+    bob = HiststoreSessionRepository(store.scoped("bob"))
+    model = ScriptedModel()
+    await in_thread(lambda: weather_turns(model, ada, cid, ["Oslo"]))
+    assert await in_thread(lambda: bob.read_session(cid)) is None
+    assert await in_thread(lambda: bob.read_agent(cid, AGENT)) is None
+    assert sorted(await store.conversations(user="ada")) == [
+        conversation(cid),
+        f"strands-session/{cid}",
+    ]
