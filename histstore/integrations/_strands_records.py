@@ -4,6 +4,7 @@ records as conversation metadata."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -11,7 +12,7 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 from strands.types.exceptions import SessionException
-from strands.types.session import Session, SessionAgent, SessionMessage
+from strands.types.session import Session, SessionAgent, SessionMessage, decode_bytes_values
 
 from histstore import InvalidMessage, Message, indexed_text
 from histstore.envelopes import strands_role
@@ -60,6 +61,8 @@ STATE, MANAGER_STATE, INTERNAL_STATE, CREATED, UPDATED = (
     "strands:updated_at",
 )
 _ID_LIMIT = 255
+_MESSAGE_FIELDS = frozenset(f.name for f in dataclasses.fields(SessionMessage))
+"""What ``SessionMessage.from_dict`` keeps of a dict (it looks them up per key, slowly)."""
 
 
 def _conversation_id(kind: str, *parts: str) -> str:
@@ -118,7 +121,8 @@ def to_session_message(message: Message, position: int) -> SessionMessage:
     data = message.to_dict()
     record = data.get("session_message")
     if data.get("type") == MESSAGE_TYPE and isinstance(record, dict):
-        return SessionMessage.from_dict({**record, "message_id": position})
+        kept = {k: v for k, v in record.items() if k in _MESSAGE_FIELDS}
+        return SessionMessage(**decode_bytes_values({**kept, "message_id": position}))
     role: Literal["user", "assistant"] = "assistant" if data.get("role") == "assistant" else "user"
     stored = message.created_at.isoformat() if message.created_at is not None else ""
     return SessionMessage(
