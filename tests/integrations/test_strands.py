@@ -7,6 +7,7 @@ a worker thread (``asyncio.to_thread``), as the repository documents."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import threading
@@ -158,29 +159,35 @@ async def test_redaction_is_an_edit_the_log_can_undo(store: Store, cid: str) -> 
     assert restored[2].entry_id == stored[2].entry_id
 
 
-async def test_graph_state_is_stored_and_read_back(store: Store, cid: str) -> None:
-    repository = HiststoreSessionRepository(store)
+def run_graph(cid: str, repository: HiststoreSessionRepository, tag: str) -> dict[str, Any] | None:
+    """Run a two-node ``Graph`` persisted in session ``cid``; its stored state after."""
+    builder = GraphBuilder()
+    for node, said in (("research", f"notes {tag}"), ("write", f"report {tag}")):
+        builder.add_node(Agent(model=ScriptedModel(say(said)), callback_handler=None), node)
+    builder.add_edge("research", "write")
+    builder.set_max_node_executions(4)
+    builder.set_session_manager(RepositorySessionManager(cid, repository))
+    graph = builder.build()
+    result = graph("Write about rain")
+    assert result.status.value == "completed"
+    return repository.read_multi_agent(cid, graph.id)
 
-    def run() -> dict[str, Any] | None:
-        builder = GraphBuilder()
-        builder.add_node(
-            Agent(model=ScriptedModel(say("notes")), callback_handler=None), "research"
-        )
-        builder.add_node(Agent(model=ScriptedModel(say("report")), callback_handler=None), "write")
-        builder.add_edge("research", "write")
-        builder.set_max_node_executions(4)
-        builder.set_session_manager(RepositorySessionManager(cid, repository))
-        graph = builder.build()
-        result = graph("Write about rain")
-        assert result.status.value == "completed"
-        return repository.read_multi_agent(cid, graph.id)
 
-    state = await in_thread(run)
+async def test_graph_state_is_stored_read_back_and_updated(store: Store, cid: str) -> None:
+    first, second = HiststoreSessionRepository(store), HiststoreSessionRepository(store)
+    state = await in_thread(lambda: run_graph(cid, first, "one"))
     assert state is not None
     assert state["status"] == "completed"
     assert state["execution_order"] == ["research", "write"]
     [found] = await store.conversations(metadata={"strands:kind": "multi_agent"})
     assert found == f"strands-multi-agent/{cid}/default_graph"
+    assert "report one" in json.dumps(state["node_results"])
+    # Another process: Strands reads the stored state (a finished run starts over) and
+    # updates it as the new run goes.
+    again = await in_thread(lambda: run_graph(cid, second, "two"))
+    assert again is not None
+    assert "report two" in json.dumps(again["node_results"])
+    assert "report one" not in json.dumps(again["node_results"])
 
 
 # ---------------------------------------------------------------- the repository's contract
@@ -539,3 +546,28 @@ async def test_a_scoped_store_owns_the_session(store: Store, cid: str) -> None:
         conversation(cid),
         f"strands-session/{cid}",
     ]
+
+
+async def test_a_redaction_overtaken_by_a_write_is_redone_on_what_it_left(
+    store: Store, cid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from histstore.integrations._strands_records import message_record
+
+    repository = HiststoreSessionRepository(store)
+    c = conversation(cid, "a")
+    for i in range(2):
+        await in_thread(lambda i=i: repository.create_message(cid, "a", text_message(f"m{i}", i)))
+    commit = store.commit
+    raced: list[int] = []
+
+    async def overtaken(value: Any) -> int:
+        if not raced:  # another writer appends between the edit's read and its commit
+            raced.append(1)
+            await store.write(c, [message_record(text_message("late", 2))], at=2)
+        return await commit(value)
+
+    monkeypatch.setattr(store, "commit", overtaken)
+    redacted = SessionMessage(text_message("m1", 1).message, 1, text_message("[gone]", 1).message)
+    await in_thread(lambda: repository.update_message(cid, "a", redacted))
+    assert [indexed_text(m) for m in await store.read(c)] == ["m0", "[gone]", "late"]
+    assert [ch.kind for ch in await store.changes(c)][-2:] == ["write", "splice"]
