@@ -571,3 +571,34 @@ async def test_a_redaction_overtaken_by_a_write_is_redone_on_what_it_left(
     await in_thread(lambda: repository.update_message(cid, "a", redacted))
     assert [indexed_text(m) for m in await store.read(c)] == ["m0", "[gone]", "late"]
     assert [ch.kind for ch in await store.changes(c)][-2:] == ["write", "splice"]
+
+
+async def test_long_and_lookalike_ids_stay_apart(store: Store) -> None:
+    repository = HiststoreSessionRepository(store)
+    long_session = "s" * 300
+    pairs = [(long_session, "a"), ("x/y", "z"), ("x", "y/z"), ("x%2Fy", "z")]
+
+    def run() -> None:
+        for i, (session_id, agent_id) in enumerate(pairs):
+            repository.create_session(Session(session_id, SessionType.AGENT))
+            repository.create_agent(session_id, SessionAgent(agent_id, {"i": i}, {}))
+            repository.create_message(session_id, agent_id, text_message(f"pair {i}", 0))
+        for i, (session_id, agent_id) in enumerate(pairs):
+            agent = repository.read_agent(session_id, agent_id)
+            assert agent is not None
+            assert agent.state == {"i": i}
+            [message] = repository.list_messages(session_id, agent_id)
+            assert message.message["content"][0]["text"] == f"pair {i}"
+
+    await in_thread(run)
+    assert len(await store.conversations()) == 2 * len(pairs)
+
+
+async def test_window_store_reads_the_newest_whole_turn(store: Store, cid: str) -> None:
+    from histstore.window import WindowStore
+
+    repository = HiststoreSessionRepository(store)
+    await in_thread(lambda: weather_turns(ScriptedModel(), repository, cid, ["Cusco", "Puno"]))
+    window = await WindowStore(store, max_messages=5).read(conversation(cid))
+    assert [m.position for m in window] == [4, 5, 6, 7]  # question, call, result, answer
+    assert histstore.turns.status(window) == "closed"
