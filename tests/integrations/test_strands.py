@@ -312,12 +312,19 @@ async def test_list_messages_reads_only_what_it_returns(
 async def test_compact_then_the_agent_keeps_going(store: Store, cid: str) -> None:
     repository = HiststoreSessionRepository(store)
     model = ScriptedModel()
-    await in_thread(lambda: weather_turns(model, repository, cid, ["Accra", "Bamako", "Dakar"]))
+    live = await in_thread(
+        lambda: weather_turns(model, repository, cid, ["Accra", "Bamako", "Dakar"])
+    )
 
     async def summarize(messages: list[Message]) -> str:
         return "Summary: " + "; ".join(t for t in map(indexed_text, messages) if t)
 
     assert await compact(store, conversation(cid), summarize, keep_turns=1) is not None
+    assert await store.count(conversation(cid)) == 5  # the summary, the newest turn
+    # The compaction moved the positions: the manager made before it conflicts.
+    with pytest.raises(SessionException):
+        await in_thread(lambda: live("Still there?"))
+    assert await store.count(conversation(cid)) == 5  # nothing written
     model.script.append(say("Dry in Dakar now."))
 
     def resume() -> Agent:
