@@ -1,11 +1,13 @@
 """The ``role`` histstore's framework adapters store beside a framework message in its
 envelope.
 
-Two adapters keep a framework message in an envelope, because the framework's own JSON
-has no histstore ``role``: ``{"role": ..., "type": "adk_event", "event": {...}}`` (an
-ADK event) and ``{"role": ..., "type": "pydantic_ai", "message": {...}}`` (a Pydantic AI
-message). The role is histstore's (``user``, ``assistant``, ``system``, ``tool``), in
-the framework's meaning; it is what the ``role`` column, ``histstore.turns``,
+Some adapters keep a framework message in an envelope, because the framework's own JSON
+has no histstore ``role`` (or a record around the message): ``{"role": ..., "type":
+"adk_event", "event": {...}}`` (an ADK event), ``{"role": ..., "type": "pydantic_ai",
+"message": {...}}`` (a Pydantic AI message) and ``{"role": ..., "type":
+"strands_message", "session_message": {...}}`` (a Strands ``SessionMessage``). The
+role is histstore's (``user``, ``assistant``, ``system``, ``tool``), in the framework's
+meaning; it is what the ``role`` column, ``histstore.turns``,
 ``WindowStore``, ``compact`` and ``histstore show`` go by. Reading an envelope back
 ignores it.
 
@@ -20,7 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["ROLES", "adk_role", "pydantic_ai_role"]
+from ._core.framework_text import strands_blocks, strands_message
+
+__all__ = ["ROLES", "adk_role", "pydantic_ai_role", "strands_role"]
 
 # Pydantic AI request parts that answer the previous response (a tool result, a retried
 # tool call, feedback on unusable output): such a request is a tool result, not a turn.
@@ -69,8 +73,23 @@ def pydantic_ai_role(message: Mapping[str, Any]) -> str:
     return "user"
 
 
+def strands_role(session_message: Mapping[str, Any]) -> str:
+    """The role of a Strands ``SessionMessage``'s JSON, from the message the agent sees
+    (``redact_message`` when set, else ``message``).
+
+    ``"assistant"`` is ``assistant``; a user message holding a ``toolResult`` block is
+    ``tool``; any other is ``user``.
+    """
+    if strands_message(session_message).get("role") == "assistant":
+        return "assistant"
+    if any(isinstance(b.get("toolResult"), dict) for b in strands_blocks(session_message)):
+        return "tool"
+    return "user"
+
+
 ROLES: Mapping[str, Callable[[Mapping[str, Any]], str | None]] = {
     "adk_event": adk_role,
     "pydantic_ai": pydantic_ai_role,
+    "strands_message": strands_role,
 }
 """Envelope ``type`` -> the role of the framework JSON it holds (``None``: no message)."""

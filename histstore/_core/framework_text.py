@@ -1,10 +1,12 @@
 """What a framework envelope holds: the text and the tool calls of the messages the
 framework adapters keep in an envelope.
 
-Two adapters store a framework message inside an envelope, because the framework's own
-JSON has no histstore ``role``: ``{"role": ..., "type": "adk_event", "event": {...}}``
-(an ADK ``Event``) and ``{"role": ..., "type": "pydantic_ai", "message": {...}}`` (a
-Pydantic AI ``ModelRequest`` or ``ModelResponse``). This module reads those JSON forms
+Some adapters store a framework message inside an envelope, because the framework's own
+JSON has no histstore ``role`` (or wraps the message in a record): ``{"role": ...,
+"type": "adk_event", "event": {...}}`` (an ADK ``Event``), ``{"role": ..., "type":
+"pydantic_ai", "message": {...}}`` (a Pydantic AI ``ModelRequest`` or
+``ModelResponse``) and ``{"role": ..., "type": "strands_message", "session_message":
+{...}}`` (a Strands ``SessionMessage``). This module reads those JSON forms
 only, with no framework import, so search, ``histstore reindex`` and compaction work
 where the framework is not installed (the migrations keep copies of their own).
 """
@@ -18,19 +20,29 @@ __all__ = [
     "ADK_EVENT",
     "ENVELOPES",
     "PYDANTIC_AI",
+    "STRANDS",
     "Piece",
     "envelope",
     "envelope_call_ids",
     "envelope_calls",
     "envelope_pieces",
     "envelope_result_ids",
+    "strands_blocks",
+    "strands_message",
 ]
 
 ADK_EVENT = "adk_event"
 """The ``type`` of the envelope holding one ADK event (under ``"event"``)."""
 PYDANTIC_AI = "pydantic_ai"
 """The ``type`` of the envelope holding one Pydantic AI message (under ``"message"``)."""
-ENVELOPES: Mapping[str, str] = {ADK_EVENT: "event", PYDANTIC_AI: "message"}
+STRANDS = "strands_message"
+"""The ``type`` of the envelope holding one Strands ``SessionMessage`` (under
+``"session_message"``)."""
+ENVELOPES: Mapping[str, str] = {
+    ADK_EVENT: "event",
+    PYDANTIC_AI: "message",
+    STRANDS: "session_message",
+}
 """Envelope ``type`` -> the key of the framework's JSON in it."""
 
 Piece = tuple[Literal["text", "values", "arguments"], Any]
@@ -59,20 +71,26 @@ def envelope_pieces(kind: str, inner: Mapping[str, Any]) -> Iterator[Piece]:
     ``args``, ``function_response`` ``response``, ``executable_code`` ``code`` and
     ``code_execution_result`` ``output``. Pydantic AI messages: system and user prompt
     content (its strings), ``text`` parts, ``tool-call`` (and builtin tool call) ``args``,
-    ``tool-return`` (and builtin tool return) ``content`` and retry prompts. Never
+    ``tool-return`` (and builtin tool return) ``content`` and retry prompts. Strands
+    messages (the one the agent sees: the redacted one when it was redacted): ``text``,
+    ``toolUse`` ``input``, ``toolResult`` text and JSON, guard and citation text. Never
     thinking, ids, tool names, timestamps, usage or binary content.
     """
     if kind == ADK_EVENT:
         yield from _adk_pieces(inner)
+    elif kind == STRANDS:
+        yield from _strands_pieces(inner)
     else:
         yield from _pydantic_pieces(inner)
 
 
 def envelope_calls(kind: str, inner: Mapping[str, Any]) -> list[tuple[Any, dict[str, Any]]]:
     """The tool calls an envelope's message makes, as ``(id, call)`` pairs in order: an
-    ADK ``function_call`` object, a Pydantic AI ``tool-call`` part."""
+    ADK ``function_call`` object, a Pydantic AI ``tool-call`` part, a Strands ``toolUse``."""
     if kind == ADK_EVENT:
         return [(p.get("id"), p) for p in _adk_parts(inner, "function_call")]
+    if kind == STRANDS:
+        return [(b.get("toolUseId"), b) for b in _strands_blocks(inner, "toolUse")]
     if inner.get("kind") != "response":
         return []
     return [
@@ -91,6 +109,8 @@ def envelope_result_ids(kind: str, inner: Mapping[str, Any]) -> list[Any]:
     """The ids of the tool calls an envelope's message answers, in order."""
     if kind == ADK_EVENT:
         return [p.get("id") for p in _adk_parts(inner, "function_response")]
+    if kind == STRANDS:
+        return [b.get("toolUseId") for b in _strands_blocks(inner, "toolResult")]
     if inner.get("kind") != "request":
         return []
     return [
@@ -174,3 +194,57 @@ def _pydantic_pieces(message: Mapping[str, Any]) -> Iterator[Piece]:
                         yield "text", error.get("msg")
             else:
                 yield "text", content
+
+
+# ---------------------------------------------------------------------------- Strands
+
+
+def strands_message(session_message: Mapping[str, Any]) -> dict[str, Any]:
+    """The message a Strands ``SessionMessage`` gives its agent: ``redact_message`` when
+    set, else ``message`` (``{}`` when neither is an object)."""
+    redacted = session_message.get("redact_message")
+    message = redacted if isinstance(redacted, dict) else session_message.get("message")
+    return message if isinstance(message, dict) else {}
+
+
+def strands_blocks(session_message: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The content blocks of the message a ``SessionMessage`` gives its agent."""
+    content = strands_message(session_message).get("content")
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict):
+                yield block
+
+
+def _strands_blocks(session_message: Mapping[str, Any], key: str) -> Iterator[dict[str, Any]]:
+    """The ``key`` objects (``toolUse``, ``toolResult``) of a ``SessionMessage``'s blocks."""
+    for block in strands_blocks(session_message):
+        value = block.get(key)
+        if isinstance(value, dict):
+            yield value
+
+
+def _strands_pieces(session_message: Mapping[str, Any]) -> Iterator[Piece]:
+    for block in strands_blocks(session_message):
+        text = block.get("text")
+        if isinstance(text, str):
+            yield "text", text
+        use = block.get("toolUse")
+        if isinstance(use, dict):
+            yield "arguments", use.get("input")
+        result = block.get("toolResult")
+        items = result.get("content") if isinstance(result, dict) else None
+        for item in items if isinstance(items, list) else []:
+            if isinstance(item, dict):
+                yield "text", item.get("text")
+                if "json" in item:
+                    yield "values", item["json"]
+        guard = block.get("guardContent")
+        guarded = guard.get("text") if isinstance(guard, dict) else None
+        if isinstance(guarded, dict):
+            yield "text", guarded.get("text")
+        cited = block.get("citationsContent")
+        parts = cited.get("content") if isinstance(cited, dict) else None
+        for part in parts if isinstance(parts, list) else []:
+            if isinstance(part, dict):
+                yield "text", part.get("text")

@@ -1,9 +1,10 @@
-"""What ``show`` prints of a framework envelope (an ADK event, a Pydantic AI message, as
-the adapters store them): the framework message's text, tool calls and tool results,
-never the envelope's JSON."""
+"""What ``show`` prints of a framework envelope (an ADK event, a Pydantic AI message, a
+Strands session message, as the adapters store them): the framework message's text,
+tool calls and tool results, never the envelope's JSON."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 __all__ = ["Part", "framework_parts"]
@@ -19,6 +20,8 @@ def framework_parts(d: dict[str, Any]) -> list[Part] | None:
         return _adk(d["event"])
     if kind == "pydantic_ai" and isinstance(d.get("message"), dict):
         return _pydantic(d["message"])
+    if kind == "strands_message" and isinstance(d.get("session_message"), dict):
+        return _strands(d["session_message"])
     return None
 
 
@@ -68,3 +71,53 @@ def _pydantic(message: dict[str, Any]) -> list[Part]:
         else:
             found.append(("text", f"[{kind or 'part'}]"))
     return found
+
+
+def _strands(session_message: dict[str, Any]) -> list[Part]:
+    """The message the agent sees (the redacted one, when it was redacted)."""
+    redacted = session_message.get("redact_message")
+    message = redacted if isinstance(redacted, dict) else session_message.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    found: list[Part] = []
+    for block in content if isinstance(content, list) else []:
+        if not isinstance(block, dict):
+            continue
+        use, result = block.get("toolUse"), block.get("toolResult")
+        reasoning = block.get("reasoningContent")
+        if isinstance(block.get("text"), str):
+            found.append(("text", block["text"]))
+        elif isinstance(use, dict):
+            found.append(("call", use.get("name"), use.get("input"), use.get("toolUseId")))
+        elif isinstance(result, dict):
+            found.append(("result", result.get("toolUseId"), _strands_result(result), ""))
+        elif isinstance(block.get("guardContent"), dict):
+            guarded = block["guardContent"].get("text")
+            text = guarded.get("text") if isinstance(guarded, dict) else None
+            found.append(("text", text if isinstance(text, str) else "[guardContent]"))
+        elif isinstance(reasoning, dict):
+            said = reasoning.get("reasoningText")
+            text = said.get("text") if isinstance(said, dict) else None
+            found.append(("text", "(thinking) " + " ".join(text.split()) if text else "[thinking]"))
+        elif block:
+            found.append(("text", f"[{next(iter(block))}]"))  # image, document, guardContent...
+    if not found:
+        found.append(("text", "[message without content]"))
+    return found
+
+
+def _strands_result(result: dict[str, Any]) -> list[str]:
+    """A ``toolResult``'s content as lines: text as it is, JSON as one line, others by kind."""
+    lines: list[str] = []
+    items = result.get("content")
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict):
+            continue
+        if isinstance(item.get("text"), str):
+            lines.append(item["text"])
+        elif "json" in item:
+            lines.append(json.dumps(item["json"], ensure_ascii=False))
+        elif item:
+            lines.append(f"[{next(iter(item))}]")
+    if result.get("status") == "error":
+        lines.append("(error)")
+    return lines

@@ -8,6 +8,9 @@
   ``BaseSessionService`` (``pip install 'histstore[adk]'``).
 - ``histstore.integrations.pydantic_ai.HiststoreMessageHistory``: a Pydantic AI
   message history (``pip install 'histstore[pydantic-ai]'``).
+- ``histstore.integrations.strands.HiststoreSessionRepository``: a Strands Agents
+  ``SessionRepository`` (and ``HiststoreSessionManager``, Strands'
+  ``RepositorySessionManager`` on it) (``pip install 'histstore[strands]'``).
 
 Each adapter takes a ``Store`` (borrowed: the adapter never closes it) or anything
 ``histstore.connect()`` accepts (owned: opened on first use with ``connect()``'s
@@ -18,7 +21,7 @@ extra to install.
 
 An owned adapter works from any event loop: each loop it is used on gets a store of its
 own (connections belong to one loop), opened on that loop's first call and found again
-by a dict lookup; the sync methods of the LangGraph and LangChain adapters run on a
+by a dict lookup; the sync methods of the LangGraph, LangChain and Strands adapters run on a
 private loop thread. So successive ``asyncio.run`` calls, a framework's own loop and
 worker threads with loops of their own all work. A loop's store is closed when the loop
 ends through ``asyncio.run`` (or anything calling ``loop.shutdown_asyncgens()``); a loop

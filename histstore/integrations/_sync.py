@@ -107,6 +107,41 @@ class LoopBridge(Generic[R]):
             )
         return self._submit(home, op).result()
 
+    def call_anywhere(self, op: Callable[[R], Awaitable[T]], name: str) -> T:
+        """Run ``op`` from sync code and wait for it, also from a thread whose event loop
+        runs (a framework calling a sync hook from its async code): it runs on the loop
+        ``call`` would use, which is another thread's, and this thread waits.
+
+        Raises:
+            RuntimeError: that loop is the calling thread's own (a borrowed store used
+                on this loop): waiting there would never end.
+        """
+        self._check_open()
+        home = self._home
+        if self.handle.owned:
+            try:
+                home = self.handle.private_loop(self._thread_name)
+            except HistStoreError:
+                raise HistStoreError(self._closed) from None
+        noun = self._noun
+        if home is None:
+            raise RuntimeError(
+                f"{self._owner}.{name} needs the event loop its Store runs on: make the"
+                f" {noun} inside that loop, or give the {noun} a URL or path so that it"
+                " owns its store"
+            )
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if home is running:
+            raise RuntimeError(
+                f"{self._owner}.{name} is synchronous and its Store runs on this thread's"
+                f" event loop: call it from another thread (e.g. asyncio.to_thread), or"
+                f" give the {noun} a URL or path so that it owns its store"
+            )
+        return self._submit(home, op).result()
+
     def no_loop_here(self, name: str, async_name: str | None = None) -> None:
         """Raise ``RuntimeError`` when the sync method ``name`` is called on a running loop."""
         try:
