@@ -20,7 +20,17 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["ROLES", "adk_role", "pydantic_ai_role"]
+from ._core.framework_text import llama_blocks as llama_index_blocks
+from ._core.framework_text import llama_openai_calls as llama_index_openai_calls
+
+__all__ = [
+    "ROLES",
+    "adk_role",
+    "llama_index_blocks",
+    "llama_index_openai_calls",
+    "llama_index_role",
+    "pydantic_ai_role",
+]
 
 # Pydantic AI request parts that answer the previous response (a tool result, a retried
 # tool call, feedback on unusable output): such a request is a tool result, not a turn.
@@ -69,8 +79,29 @@ def pydantic_ai_role(message: Mapping[str, Any]) -> str:
     return "user"
 
 
+# LlamaIndex ``MessageRole`` values that are another histstore role under another name.
+_LLAMA_INDEX_ROLES = {
+    "developer": "system",
+    "function": "tool",
+    "chatbot": "assistant",
+    "model": "assistant",
+}
+
+
+def llama_index_role(message: Mapping[str, Any]) -> str:
+    """The role of a LlamaIndex ``ChatMessage``'s JSON: its own ``role`` (``user``,
+    ``assistant``, ``system``, ``tool``), with ``developer`` read as ``system``,
+    ``function`` as ``tool`` and ``chatbot`` and ``model`` as ``assistant``; a missing or
+    unknown one is ``user`` (LlamaIndex's default)."""
+    role = message.get("role")
+    if role in ("user", "assistant", "system", "tool"):
+        return str(role)
+    return _LLAMA_INDEX_ROLES.get(role, "user") if isinstance(role, str) else "user"
+
+
 ROLES: Mapping[str, Callable[[Mapping[str, Any]], str | None]] = {
     "adk_event": adk_role,
     "pydantic_ai": pydantic_ai_role,
+    "llama_index": llama_index_role,
 }
 """Envelope ``type`` -> the role of the framework JSON it holds (``None``: no message)."""

@@ -17,6 +17,7 @@ from typing import Any, Literal
 __all__ = [
     "ADK_EVENT",
     "ENVELOPES",
+    "LLAMA_INDEX",
     "PYDANTIC_AI",
     "Piece",
     "envelope",
@@ -30,7 +31,9 @@ ADK_EVENT = "adk_event"
 """The ``type`` of the envelope holding one ADK event (under ``"event"``)."""
 PYDANTIC_AI = "pydantic_ai"
 """The ``type`` of the envelope holding one Pydantic AI message (under ``"message"``)."""
-ENVELOPES: Mapping[str, str] = {ADK_EVENT: "event", PYDANTIC_AI: "message"}
+LLAMA_INDEX = "llama_index"
+"""The ``type`` of the envelope holding one LlamaIndex ``ChatMessage`` (under ``"message"``)."""
+ENVELOPES: Mapping[str, str] = {ADK_EVENT: "event", PYDANTIC_AI: "message", LLAMA_INDEX: "message"}
 """Envelope ``type`` -> the key of the framework's JSON in it."""
 
 Piece = tuple[Literal["text", "values", "arguments"], Any]
@@ -60,10 +63,13 @@ def envelope_pieces(kind: str, inner: Mapping[str, Any]) -> Iterator[Piece]:
     ``code_execution_result`` ``output``. Pydantic AI messages: system and user prompt
     content (its strings), ``text`` parts, ``tool-call`` (and builtin tool call) ``args``,
     ``tool-return`` (and builtin tool return) ``content`` and retry prompts. Never
-    thinking, ids, tool names, timestamps, usage or binary content.
+    thinking, ids, tool names, timestamps, usage or binary content. LlamaIndex messages:
+    see ``_llama_pieces``.
     """
     if kind == ADK_EVENT:
         yield from _adk_pieces(inner)
+    elif kind == LLAMA_INDEX:
+        yield from _llama_pieces(inner)
     else:
         yield from _pydantic_pieces(inner)
 
@@ -73,6 +79,8 @@ def envelope_calls(kind: str, inner: Mapping[str, Any]) -> list[tuple[Any, dict[
     ADK ``function_call`` object, a Pydantic AI ``tool-call`` part."""
     if kind == ADK_EVENT:
         return [(p.get("id"), p) for p in _adk_parts(inner, "function_call")]
+    if kind == LLAMA_INDEX:
+        return _llama_calls(inner)
     if inner.get("kind") != "response":
         return []
     return [
@@ -91,6 +99,8 @@ def envelope_result_ids(kind: str, inner: Mapping[str, Any]) -> list[Any]:
     """The ids of the tool calls an envelope's message answers, in order."""
     if kind == ADK_EVENT:
         return [p.get("id") for p in _adk_parts(inner, "function_response")]
+    if kind == LLAMA_INDEX:
+        return _llama_results(inner)
     if inner.get("kind") != "request":
         return []
     return [
@@ -174,3 +184,70 @@ def _pydantic_pieces(message: Mapping[str, Any]) -> Iterator[Piece]:
                         yield "text", error.get("msg")
             else:
                 yield "text", content
+
+
+# ---------------------------------------------------------------------------- LlamaIndex
+
+
+def llama_blocks(message: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The content blocks of a LlamaIndex message in order, those inside ``citable``
+    blocks (their ``content``) and ``citation`` blocks (their ``cited_content``) too."""
+    stack: list[Iterator[Any]] = [iter(_listed(message.get("blocks")))]
+    while stack:
+        block = next(stack[-1], _END)
+        if block is _END:
+            stack.pop()
+            continue
+        if not isinstance(block, dict):
+            continue
+        yield block
+        kind = block.get("block_type")
+        if kind in _LLAMA_NESTED:
+            stack.append(iter(_listed(block.get(_LLAMA_NESTED[kind]))))
+
+
+_END = object()
+_LLAMA_NESTED = {"citable": "content", "citation": "cited_content"}
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value] if isinstance(value, dict) else []
+
+
+def llama_openai_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The OpenAI-style ``additional_kwargs.tool_calls`` of a LlamaIndex message."""
+    extra = message.get("additional_kwargs")
+    calls = extra.get("tool_calls") if isinstance(extra, dict) else None
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def _llama_pieces(message: Mapping[str, Any]) -> Iterator[Piece]:
+    """``text`` blocks (also inside citable and citation blocks), ``tool_call`` blocks'
+    ``tool_kwargs`` and OpenAI-style ``additional_kwargs.tool_calls`` arguments; never
+    thinking, images, audio, video, documents or ids."""
+    for block in llama_blocks(message):
+        kind = block.get("block_type")
+        if kind == "text":
+            yield "text", block.get("text")
+        elif kind == "tool_call":
+            yield "arguments", block.get("tool_kwargs")
+    for call in llama_openai_calls(message):
+        fn = call.get("function")
+        yield "arguments", fn.get("arguments") if isinstance(fn, dict) else call.get("args")
+
+
+def _llama_calls(message: Mapping[str, Any]) -> list[tuple[Any, dict[str, Any]]]:
+    found = [
+        (b.get("tool_call_id"), b)
+        for b in llama_blocks(message)
+        if b.get("block_type") == "tool_call"
+    ]
+    found.extend((c.get("id"), c) for c in llama_openai_calls(message))
+    return found
+
+
+def _llama_results(message: Mapping[str, Any]) -> list[Any]:
+    if message.get("role") not in ("tool", "function"):
+        return []
+    extra = message.get("additional_kwargs")
+    return [extra.get("tool_call_id")] if isinstance(extra, dict) else [None]

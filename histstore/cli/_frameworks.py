@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from histstore.envelopes import llama_index_blocks, llama_index_openai_calls
+
 __all__ = ["Part", "framework_parts"]
 
 Part = tuple[str, ...] | tuple[str, Any, Any, Any]
@@ -19,6 +21,8 @@ def framework_parts(d: dict[str, Any]) -> list[Part] | None:
         return _adk(d["event"])
     if kind == "pydantic_ai" and isinstance(d.get("message"), dict):
         return _pydantic(d["message"])
+    if kind == "llama_index" and isinstance(d.get("message"), dict):
+        return _llama_index(d["message"])
     return None
 
 
@@ -67,4 +71,32 @@ def _pydantic(message: dict[str, Any]) -> list[Part]:
             found.append(("result", part.get("tool_call_id"), content, ""))
         else:
             found.append(("text", f"[{kind or 'part'}]"))
+    return found
+
+
+def _llama_index(message: dict[str, Any]) -> list[Part]:
+    found: list[Part] = []
+    extra = message.get("additional_kwargs")
+    result_id = extra.get("tool_call_id") if isinstance(extra, dict) else None
+    answers = message.get("role") in ("tool", "function")
+    for block in llama_index_blocks(message):
+        kind = block.get("block_type")
+        text = block.get("text")
+        if kind == "text" and answers:
+            found.append(("result", result_id, text, ""))
+        elif kind == "text":
+            found.append(("text", text if isinstance(text, str) else ""))
+        elif kind == "thinking" and isinstance(block.get("content"), str):
+            found.append(("text", "(thinking) " + " ".join(block["content"].split())))
+        elif kind == "tool_call":
+            name, args = block.get("tool_name"), block.get("tool_kwargs")
+            found.append(("call", name, args, block.get("tool_call_id")))
+        elif kind not in ("citable", "citation"):
+            found.append(("text", f"[{kind or 'block'}]"))
+    for openai_call in llama_index_openai_calls(message):
+        fn = openai_call.get("function")
+        named: dict[str, Any] = fn if isinstance(fn, dict) else {}
+        found.append(("call", named.get("name"), named.get("arguments"), openai_call.get("id")))
+    if not found:
+        found.append(("text", ""))
     return found

@@ -8,6 +8,8 @@
   ``BaseSessionService`` (``pip install 'histstore[adk]'``).
 - ``histstore.integrations.pydantic_ai.HiststoreMessageHistory``: a Pydantic AI
   message history (``pip install 'histstore[pydantic-ai]'``).
+- ``histstore.integrations.llama_index.HiststoreChatStore``: a LlamaIndex
+  ``AsyncDBChatStore``, for ``Memory`` (``pip install 'histstore[llamaindex]'``).
 
 Each adapter takes a ``Store`` (borrowed: the adapter never closes it) or anything
 ``histstore.connect()`` accepts (owned: opened on first use with ``connect()``'s
