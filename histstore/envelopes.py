@@ -22,10 +22,13 @@ from typing import Any
 
 from ._core.framework_text import llama_blocks as llama_index_blocks
 from ._core.framework_text import llama_openai_calls as llama_index_openai_calls
+from ._core.framework_text import maf_contents as agent_framework_contents
 
 __all__ = [
     "ROLES",
     "adk_role",
+    "agent_framework_contents",
+    "agent_framework_role",
     "llama_index_blocks",
     "llama_index_openai_calls",
     "llama_index_role",
@@ -99,9 +102,17 @@ def llama_index_role(message: Mapping[str, Any]) -> str:
     return _LLAMA_INDEX_ROLES.get(role, "user") if isinstance(role, str) else "user"
 
 
+def agent_framework_role(message: Mapping[str, Any]) -> str:
+    """The role of a Microsoft Agent Framework ``Message``'s JSON: its own ``role``
+    (``user``, ``assistant``, ``system``, ``tool``); any other is read as LlamaIndex's
+    (``developer``: ``system``, ...), a missing one as ``user``."""
+    return llama_index_role(message)
+
+
 ROLES: Mapping[str, Callable[[Mapping[str, Any]], str | None]] = {
     "adk_event": adk_role,
     "pydantic_ai": pydantic_ai_role,
     "llama_index": llama_index_role,
+    "agent_framework": agent_framework_role,
 }
 """Envelope ``type`` -> the role of the framework JSON it holds (``None``: no message)."""

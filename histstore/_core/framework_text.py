@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 __all__ = [
     "ADK_EVENT",
+    "AGENT_FRAMEWORK",
     "ENVELOPES",
     "LLAMA_INDEX",
     "PYDANTIC_AI",
@@ -33,7 +34,14 @@ PYDANTIC_AI = "pydantic_ai"
 """The ``type`` of the envelope holding one Pydantic AI message (under ``"message"``)."""
 LLAMA_INDEX = "llama_index"
 """The ``type`` of the envelope holding one LlamaIndex ``ChatMessage`` (under ``"message"``)."""
-ENVELOPES: Mapping[str, str] = {ADK_EVENT: "event", PYDANTIC_AI: "message", LLAMA_INDEX: "message"}
+AGENT_FRAMEWORK = "agent_framework"
+"""The ``type`` of the envelope holding one Agent Framework ``Message`` (under ``"message"``)."""
+ENVELOPES: Mapping[str, str] = {
+    AGENT_FRAMEWORK: "message",
+    ADK_EVENT: "event",
+    PYDANTIC_AI: "message",
+    LLAMA_INDEX: "message",
+}
 """Envelope ``type`` -> the key of the framework's JSON in it."""
 
 Piece = tuple[Literal["text", "values", "arguments"], Any]
@@ -70,6 +78,8 @@ def envelope_pieces(kind: str, inner: Mapping[str, Any]) -> Iterator[Piece]:
         yield from _adk_pieces(inner)
     elif kind == LLAMA_INDEX:
         yield from _llama_pieces(inner)
+    elif kind == AGENT_FRAMEWORK:
+        yield from _maf_pieces(inner)
     else:
         yield from _pydantic_pieces(inner)
 
@@ -81,6 +91,8 @@ def envelope_calls(kind: str, inner: Mapping[str, Any]) -> list[tuple[Any, dict[
         return [(p.get("id"), p) for p in _adk_parts(inner, "function_call")]
     if kind == LLAMA_INDEX:
         return _llama_calls(inner)
+    if kind == AGENT_FRAMEWORK:
+        return [(c.get("call_id"), c) for c in maf_contents(inner, "function_call")]
     if inner.get("kind") != "response":
         return []
     return [
@@ -101,6 +113,8 @@ def envelope_result_ids(kind: str, inner: Mapping[str, Any]) -> list[Any]:
         return [p.get("id") for p in _adk_parts(inner, "function_response")]
     if kind == LLAMA_INDEX:
         return _llama_results(inner)
+    if kind == AGENT_FRAMEWORK:
+        return [c.get("call_id") for c in maf_contents(inner, "function_result")]
     if inner.get("kind") != "request":
         return []
     return [
@@ -251,3 +265,27 @@ def _llama_results(message: Mapping[str, Any]) -> list[Any]:
         return []
     extra = message.get("additional_kwargs")
     return [extra.get("tool_call_id")] if isinstance(extra, dict) else [None]
+
+
+# ---------------------------------------------------------------------------- Agent Framework
+
+
+def maf_contents(message: Mapping[str, Any], kind: str | None = None) -> list[dict[str, Any]]:
+    """The ``contents`` of an Agent Framework message (of ``type`` ``kind`` when given)."""
+    contents = message.get("contents")
+    if not isinstance(contents, list):
+        return []
+    return [c for c in contents if isinstance(c, dict) and (kind is None or c.get("type") == kind)]
+
+
+def _maf_pieces(message: Mapping[str, Any]) -> Iterator[Piece]:
+    """``text`` contents, ``function_call`` ``arguments`` and ``function_result``
+    ``result``; never reasoning, data, URIs, usage or ids."""
+    for content in maf_contents(message):
+        kind = content.get("type")
+        if kind == "text":
+            yield "text", content.get("text")
+        elif kind == "function_call":
+            yield "arguments", content.get("arguments")
+        elif kind == "function_result":
+            yield "values", content.get("result")

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from histstore.envelopes import llama_index_blocks, llama_index_openai_calls
+from histstore.envelopes import (
+    agent_framework_contents,
+    llama_index_blocks,
+    llama_index_openai_calls,
+)
 
 __all__ = ["Part", "framework_parts"]
 
@@ -23,6 +27,8 @@ def framework_parts(d: dict[str, Any]) -> list[Part] | None:
         return _pydantic(d["message"])
     if kind == "llama_index" and isinstance(d.get("message"), dict):
         return _llama_index(d["message"])
+    if kind == "agent_framework" and isinstance(d.get("message"), dict):
+        return _agent_framework(d["message"])
     return None
 
 
@@ -97,6 +103,27 @@ def _llama_index(message: dict[str, Any]) -> list[Part]:
         fn = openai_call.get("function")
         named: dict[str, Any] = fn if isinstance(fn, dict) else {}
         found.append(("call", named.get("name"), named.get("arguments"), openai_call.get("id")))
+    if not found:
+        found.append(("text", ""))
+    return found
+
+
+def _agent_framework(message: dict[str, Any]) -> list[Part]:
+    found: list[Part] = []
+    for content in agent_framework_contents(message):
+        kind = content.get("type")
+        text = content.get("text")
+        if kind == "text":
+            found.append(("text", text if isinstance(text, str) else ""))
+        elif kind == "text_reasoning" and isinstance(text, str):
+            found.append(("text", "(thinking) " + " ".join(text.split())))
+        elif kind == "function_call":
+            name, args = content.get("name"), content.get("arguments")
+            found.append(("call", name, args, content.get("call_id")))
+        elif kind == "function_result":
+            found.append(("result", content.get("call_id"), content.get("result"), ""))
+        else:
+            found.append(("text", f"[{kind or 'content'}]"))
     if not found:
         found.append(("text", ""))
     return found

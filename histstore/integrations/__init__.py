@@ -10,6 +10,8 @@
   message history (``pip install 'histstore[pydantic-ai]'``).
 - ``histstore.integrations.llama_index.HiststoreChatStore``: a LlamaIndex
   ``AsyncDBChatStore``, for ``Memory`` (``pip install 'histstore[llamaindex]'``).
+- ``histstore.integrations.agent_framework.HiststoreHistoryProvider``: a Microsoft Agent
+  Framework ``HistoryProvider`` (``pip install 'histstore[agent-framework]'``).
 
 Each adapter takes a ``Store`` (borrowed: the adapter never closes it) or anything
 ``histstore.connect()`` accepts (owned: opened on first use with ``connect()``'s
