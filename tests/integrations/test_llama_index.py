@@ -287,3 +287,32 @@ def test_without_llama_index_the_import_names_the_extra() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode != 0
     assert "pip install 'histstore[llamaindex]'" in proc.stderr
+
+
+async def test_a_page_reads_only_its_messages_and_a_count_none(
+    store: Store, cid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    chat_store = HiststoreChatStore(store)
+    await chat_store.add_messages(cid, [m for i in range(50) for m in turn(i)])
+    await chat_store.archive_oldest_messages(cid, 40)
+    reads: list[tuple[str, int, int | None]] = []
+    read = store.read
+
+    async def recorded(conversation: str, **kwargs: Any) -> Any:
+        got = await read(conversation, **kwargs)
+        reads.append((conversation, kwargs.get("start", 0), kwargs.get("stop")))
+        return got
+
+    monkeypatch.setattr(store, "read", recorded)
+    page = await chat_store.get_messages(cid, None, limit=5, offset=38)
+    assert [str(m.content) for m in page] == [
+        "question 19 about apples",
+        "answer 19 about pears",
+        "question 20 about apples",
+        "answer 20 about pears",
+        "question 21 about apples",
+    ]
+    assert reads == [(cid + ARCHIVE_SUFFIX, 38, 43), (cid, 0, 3)]  # bounded by the page
+    reads.clear()
+    assert await chat_store.count_messages(cid, None) == 100
+    assert reads == []
