@@ -126,6 +126,31 @@ async def test_show_and_search_read_the_messages(shared_backend: Any) -> None:
     assert sid in found.out
 
 
+async def test_compact_then_the_agent_keeps_going(store: Store, cid: str) -> None:
+    provider = HiststoreHistoryProvider(store)
+    agent, client = agent_with(provider)
+    session = agent.create_session(session_id=cid)
+    for city in ["Apia", "Suva", "Nadi"]:
+        await agent.run(city, session=session)
+
+    async def summarize(messages: list[histstore.Message]) -> str:
+        return "Asked about " + ", ".join(t for t in map(indexed_text, messages) if t)
+
+    await histstore.compact(store, cid, summarize, keep_turns=1)
+    loaded = await provider.get_messages(cid)
+    assert (loaded[0].role, loaded[0].text) == (
+        "user",
+        "Asked about Apia, Apia, sleet over Apia, Answer: sleet over Apia,"
+        " Suva, Suva, sleet over Suva, Answer: sleet over Suva",
+    )
+    assert [m.text for m in loaded[1:2]] == ["Nadi"]
+    client.seen.clear()
+    result = await agent.run("Lautoka", session=session)
+    assert result.text == "Answer: sleet over Lautoka"
+    assert client.seen[0][0].text.startswith("Asked about Apia")
+    assert await store.count(cid) == 9
+
+
 def test_without_agent_framework_the_import_names_the_extra() -> None:
     code = (
         "import sys; sys.modules['agent_framework'] = None\n"

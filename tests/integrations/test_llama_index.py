@@ -316,3 +316,51 @@ async def test_a_page_reads_only_its_messages_and_a_count_none(
     reads.clear()
     assert await chat_store.count_messages(cid, None) == 100
     assert reads == []
+
+
+async def test_compact_then_memory_keeps_going(store: Store, cid: str) -> None:
+    chat_store = HiststoreChatStore(store)
+    mem = memory(chat_store, cid, token_limit=100_000)
+    for i in range(3):
+        for message in turn(i):
+            await mem.aput(message)
+
+    async def summarize(messages: list[histstore.Message]) -> str:
+        return "Summary: " + "; ".join(t for t in map(indexed_text, messages) if t)
+
+    await histstore.compact(store, cid, summarize, keep_turns=1)
+    history = await mem.aget()
+    assert history[0] == ChatMessage(
+        role="user",
+        content="Summary: question 0 about apples; answer 0 about pears;"
+        " question 1 about apples; answer 1 about pears",
+    )
+    assert history[1:] == turn(2)
+    await mem.aput(turn(3)[0])
+    assert (await chat_store.get_messages(cid))[-1] == turn(3)[0]
+    assert await chat_store.archive_oldest_messages(cid, 1) == [history[0]]
+    assert await chat_store.get_messages(cid, ARCHIVED) == [history[0]]
+
+
+async def test_openai_style_tool_calls_are_indexed_and_paired(store: Store, cid: str) -> None:
+    chat_store = HiststoreChatStore(store)
+    call = {
+        "id": "call_9",
+        "type": "function",
+        "function": {"name": "lookup", "arguments": '{"animal": "okapi"}'},
+    }
+    sent = [
+        ChatMessage(role="user", content="Tell me about it"),
+        ChatMessage(role="assistant", content="", additional_kwargs={"tool_calls": [call]}),
+        ChatMessage(
+            role="function", content="forest giraffe", additional_kwargs={"tool_call_id": "call_9"}
+        ),
+        ChatMessage(role="chatbot", content="It is a forest giraffe."),
+    ]
+    await chat_store.add_messages(cid, sent)
+    assert await chat_store.get_messages(cid) == sent
+    stored = await store.read(cid)
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert indexed_text(stored[1]) == "okapi"
+    assert histstore.turns.status(stored) == "closed"
+    assert histstore.turns.status(stored[:2]) == "interrupted"  # a call with no result
