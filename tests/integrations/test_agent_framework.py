@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 from agent_framework import (
@@ -112,7 +113,7 @@ async def test_an_owned_store_resumes_on_another_loop(shared_backend: Any, cid: 
         assert await store.count(cid) == 0
 
 
-async def test_show_and_search_read_the_messages(shared_backend: Any) -> None:
+async def test_show_search_export_and_copy(shared_backend: Any, tmp_path: Path) -> None:
     sid = f"maf-{uuid.uuid4().hex[:8]}"
     async with shared_backend.connect() as store:
         agent, _client = agent_with(HiststoreHistoryProvider(store))
@@ -124,6 +125,16 @@ async def test_show_and_search_read_the_messages(shared_backend: Any) -> None:
     assert "agent_framework" not in shown.out
     found = await ok("search", "sleet", "--url", shared_backend.url)
     assert sid in found.out
+    async with shared_backend.connect() as store:
+        before = dicts(await HiststoreHistoryProvider(store).get_messages(sid))
+    dump = tmp_path / "dump.jsonl"
+    await ok("export", sid, "--url", shared_backend.url, "-o", str(dump))
+    imported, copied = str(tmp_path / "imported.db"), str(tmp_path / "copied.db")
+    await ok("import", str(dump), "--url", imported)
+    await ok("copy", shared_backend.url, copied)
+    for target in (imported, copied):
+        async with HiststoreHistoryProvider(target) as again:
+            assert dicts(await again.get_messages(sid)) == before
 
 
 async def test_compact_then_the_agent_keeps_going(store: Store, cid: str) -> None:
