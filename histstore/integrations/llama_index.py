@@ -292,7 +292,7 @@ class HiststoreChatStore(AsyncDBChatStore):
             marks = [_fingerprint(e) for e in victims]
             length = await store.count(archive)
             recent = await store.read(archive, limit=len(victims))
-            done = {m.to_dict().get("archived_from") for m in recent}
+            done = [m.to_dict().get("archived_from") for m in recent]
             fresh = [
                 {**e.message.to_dict(), "archived_from": mark}
                 for e, mark in zip(victims, marks, strict=True)
