@@ -22,6 +22,7 @@ from cli_runner import ok
 import histstore
 from histstore import Store, indexed_text
 from histstore.integrations.agent_framework import HiststoreHistoryProvider
+from histstore.window import WindowStore
 
 
 class ScriptedClient(FunctionInvocationLayer[Any], BaseChatClient[Any]):
@@ -160,6 +161,16 @@ async def test_compact_then_the_agent_keeps_going(store: Store, cid: str) -> Non
     assert result.text == "Answer: sleet over Lautoka"
     assert client.seen[0][0].text.startswith("Asked about Apia")
     assert await store.count(cid) == 9
+
+
+async def test_a_window_holds_whole_turns(store: Store, cid: str) -> None:
+    agent, _client = agent_with(HiststoreHistoryProvider(store))
+    session = agent.create_session(session_id=cid)
+    for city in ["Cusco", "Puno"]:
+        await agent.run(city, session=session)
+    window = await WindowStore(store, max_messages=5).read(cid)
+    assert [m.position for m in window] == [4, 5, 6, 7]  # the newest run: call and result kept
+    assert histstore.turns.status(window) == "closed"
 
 
 def test_without_agent_framework_the_import_names_the_extra() -> None:
