@@ -364,3 +364,30 @@ async def test_openai_style_tool_calls_are_indexed_and_paired(store: Store, cid:
     assert indexed_text(stored[1]) == "okapi"
     assert histstore.turns.status(stored) == "closed"
     assert histstore.turns.status(stored[:2]) == "interrupted"  # a call with no result
+
+
+def test_memory_downloads_nothing(tmp_path: Path) -> None:
+    """With tiktoken gone and NLTK's downloader refusing, the import, ``Memory`` and this
+    chat store still work: nothing here fetches data (given ``tokenizer_fn``)."""
+    code = f"""
+import asyncio, sys
+sys.modules["tiktoken"] = None
+import nltk
+def refuse(*args, **kwargs):
+    raise SystemExit("NLTK tried to download " + repr(args))
+nltk.download = refuse
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.memory import Memory
+from histstore.integrations.llama_index import HiststoreChatStore
+
+async def main():
+    async with HiststoreChatStore({str(tmp_path / "chat.db")!r}) as chat_store:
+        memory = Memory.from_defaults(session_id="k", chat_store=chat_store, tokenizer_fn=str.split)
+        await memory.aput(ChatMessage(role="user", content="hello"))
+        print(len(await memory.aget()))
+
+asyncio.run(main())
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "1"
