@@ -5,7 +5,8 @@ Some adapters keep a framework message in an envelope, because the framework's o
 has no histstore ``role`` (or a record around the message): ``{"role": ..., "type":
 "adk_event", "event": {...}}`` (an ADK event), ``{"role": ..., "type": "pydantic_ai",
 "message": {...}}`` (a Pydantic AI message) and ``{"role": ..., "type":
-"strands_message", "session_message": {...}}`` (a Strands ``SessionMessage``). The
+"strands_message", "session_message": {...}}`` (a Strands ``SessionMessage``), and the
+``"llama_index"`` and ``"agent_framework"`` envelopes (under ``"message"``). The
 role is histstore's (``user``, ``assistant``, ``system``, ``tool``), in the framework's
 meaning; it is what the ``role`` column, ``histstore.turns``,
 ``WindowStore``, ``compact`` and ``histstore show`` go by. Reading an envelope back
@@ -22,9 +23,22 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ._core.framework_text import llama_blocks as llama_index_blocks
+from ._core.framework_text import llama_openai_calls as llama_index_openai_calls
+from ._core.framework_text import maf_contents as agent_framework_contents
 from ._core.framework_text import strands_blocks, strands_message
 
-__all__ = ["ROLES", "adk_role", "pydantic_ai_role", "strands_role"]
+__all__ = [
+    "ROLES",
+    "adk_role",
+    "agent_framework_contents",
+    "agent_framework_role",
+    "llama_index_blocks",
+    "llama_index_openai_calls",
+    "llama_index_role",
+    "pydantic_ai_role",
+    "strands_role",
+]
 
 # Pydantic AI request parts that answer the previous response (a tool result, a retried
 # tool call, feedback on unusable output): such a request is a tool result, not a turn.
@@ -87,9 +101,38 @@ def strands_role(session_message: Mapping[str, Any]) -> str:
     return "user"
 
 
+# LlamaIndex ``MessageRole`` values that are another histstore role under another name.
+_LLAMA_INDEX_ROLES = {
+    "developer": "system",
+    "function": "tool",
+    "chatbot": "assistant",
+    "model": "assistant",
+}
+
+
+def llama_index_role(message: Mapping[str, Any]) -> str:
+    """The role of a LlamaIndex ``ChatMessage``'s JSON: its own ``role`` (``user``,
+    ``assistant``, ``system``, ``tool``), with ``developer`` read as ``system``,
+    ``function`` as ``tool`` and ``chatbot`` and ``model`` as ``assistant``; a missing or
+    unknown one is ``user`` (LlamaIndex's default)."""
+    role = message.get("role")
+    if role in ("user", "assistant", "system", "tool"):
+        return str(role)
+    return _LLAMA_INDEX_ROLES.get(role, "user") if isinstance(role, str) else "user"
+
+
+def agent_framework_role(message: Mapping[str, Any]) -> str:
+    """The role of a Microsoft Agent Framework ``Message``'s JSON: its own ``role``
+    (``user``, ``assistant``, ``system``, ``tool``); any other is read as LlamaIndex's
+    (``developer``: ``system``, ...), a missing one as ``user``."""
+    return llama_index_role(message)
+
+
 ROLES: Mapping[str, Callable[[Mapping[str, Any]], str | None]] = {
     "adk_event": adk_role,
     "pydantic_ai": pydantic_ai_role,
     "strands_message": strands_role,
+    "llama_index": llama_index_role,
+    "agent_framework": agent_framework_role,
 }
 """Envelope ``type`` -> the role of the framework JSON it holds (``None``: no message)."""

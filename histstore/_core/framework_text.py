@@ -18,7 +18,9 @@ from typing import Any, Literal
 
 __all__ = [
     "ADK_EVENT",
+    "AGENT_FRAMEWORK",
     "ENVELOPES",
+    "LLAMA_INDEX",
     "PYDANTIC_AI",
     "STRANDS",
     "Piece",
@@ -27,6 +29,9 @@ __all__ = [
     "envelope_calls",
     "envelope_pieces",
     "envelope_result_ids",
+    "llama_blocks",
+    "llama_openai_calls",
+    "maf_contents",
     "strands_blocks",
     "strands_message",
 ]
@@ -38,8 +43,14 @@ PYDANTIC_AI = "pydantic_ai"
 STRANDS = "strands_message"
 """The ``type`` of the envelope holding one Strands ``SessionMessage`` (under
 ``"session_message"``)."""
+LLAMA_INDEX = "llama_index"
+"""The ``type`` of the envelope holding one LlamaIndex ``ChatMessage`` (under ``"message"``)."""
+AGENT_FRAMEWORK = "agent_framework"
+"""The ``type`` of the envelope holding one Agent Framework ``Message`` (under ``"message"``)."""
 ENVELOPES: Mapping[str, str] = {
     ADK_EVENT: "event",
+    AGENT_FRAMEWORK: "message",
+    LLAMA_INDEX: "message",
     PYDANTIC_AI: "message",
     STRANDS: "session_message",
 }
@@ -73,13 +84,18 @@ def envelope_pieces(kind: str, inner: Mapping[str, Any]) -> Iterator[Piece]:
     content (its strings), ``text`` parts, ``tool-call`` (and builtin tool call) ``args``,
     ``tool-return`` (and builtin tool return) ``content`` and retry prompts. Strands
     messages (the one the agent sees: the redacted one when it was redacted): ``text``,
-    ``toolUse`` ``input``, ``toolResult`` text and JSON, guard and citation text. Never
-    thinking, ids, tool names, timestamps, usage or binary content.
+    ``toolUse`` ``input``, ``toolResult`` text and JSON, guard and citation text.
+    LlamaIndex messages: see ``_llama_pieces``; Agent Framework messages: ``_maf_pieces``.
+    Never thinking, ids, tool names, timestamps, usage or binary content.
     """
     if kind == ADK_EVENT:
         yield from _adk_pieces(inner)
     elif kind == STRANDS:
         yield from _strands_pieces(inner)
+    elif kind == LLAMA_INDEX:
+        yield from _llama_pieces(inner)
+    elif kind == AGENT_FRAMEWORK:
+        yield from _maf_pieces(inner)
     else:
         yield from _pydantic_pieces(inner)
 
@@ -91,6 +107,10 @@ def envelope_calls(kind: str, inner: Mapping[str, Any]) -> list[tuple[Any, dict[
         return [(p.get("id"), p) for p in _adk_parts(inner, "function_call")]
     if kind == STRANDS:
         return [(b.get("toolUseId"), b) for b in _strands_blocks(inner, "toolUse")]
+    if kind == LLAMA_INDEX:
+        return _llama_calls(inner)
+    if kind == AGENT_FRAMEWORK:
+        return [(c.get("call_id"), c) for c in maf_contents(inner, "function_call")]
     if inner.get("kind") != "response":
         return []
     return [
@@ -111,6 +131,10 @@ def envelope_result_ids(kind: str, inner: Mapping[str, Any]) -> list[Any]:
         return [p.get("id") for p in _adk_parts(inner, "function_response")]
     if kind == STRANDS:
         return [b.get("toolUseId") for b in _strands_blocks(inner, "toolResult")]
+    if kind == LLAMA_INDEX:
+        return _llama_results(inner)
+    if kind == AGENT_FRAMEWORK:
+        return [c.get("call_id") for c in maf_contents(inner, "function_result")]
     if inner.get("kind") != "request":
         return []
     return [
@@ -248,3 +272,94 @@ def _strands_pieces(session_message: Mapping[str, Any]) -> Iterator[Piece]:
         for part in parts if isinstance(parts, list) else []:
             if isinstance(part, dict):
                 yield "text", part.get("text")
+
+
+# ---------------------------------------------------------------------------- LlamaIndex
+
+
+def llama_blocks(message: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The content blocks of a LlamaIndex message in order, those inside ``citable``
+    blocks (their ``content``) and ``citation`` blocks (their ``cited_content``) too."""
+    stack: list[Iterator[Any]] = [iter(_listed(message.get("blocks")))]
+    while stack:
+        block = next(stack[-1], _END)
+        if block is _END:
+            stack.pop()
+            continue
+        if not isinstance(block, dict):
+            continue
+        yield block
+        kind = block.get("block_type")
+        if kind in _LLAMA_NESTED:
+            stack.append(iter(_listed(block.get(_LLAMA_NESTED[kind]))))
+
+
+_END = object()
+_LLAMA_NESTED = {"citable": "content", "citation": "cited_content"}
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value] if isinstance(value, dict) else []
+
+
+def llama_openai_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The OpenAI-style ``additional_kwargs.tool_calls`` of a LlamaIndex message."""
+    extra = message.get("additional_kwargs")
+    calls = extra.get("tool_calls") if isinstance(extra, dict) else None
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def _llama_pieces(message: Mapping[str, Any]) -> Iterator[Piece]:
+    """``text`` blocks (also inside citable and citation blocks), ``tool_call`` blocks'
+    ``tool_kwargs`` and OpenAI-style ``additional_kwargs.tool_calls`` arguments; never
+    thinking, images, audio, video, documents or ids."""
+    for block in llama_blocks(message):
+        kind = block.get("block_type")
+        if kind == "text":
+            yield "text", block.get("text")
+        elif kind == "tool_call":
+            yield "arguments", block.get("tool_kwargs")
+    for call in llama_openai_calls(message):
+        fn = call.get("function")
+        yield "arguments", fn.get("arguments") if isinstance(fn, dict) else call.get("args")
+
+
+def _llama_calls(message: Mapping[str, Any]) -> list[tuple[Any, dict[str, Any]]]:
+    found = [
+        (b.get("tool_call_id"), b)
+        for b in llama_blocks(message)
+        if b.get("block_type") == "tool_call"
+    ]
+    found.extend((c.get("id"), c) for c in llama_openai_calls(message))
+    return found
+
+
+def _llama_results(message: Mapping[str, Any]) -> list[Any]:
+    if message.get("role") not in ("tool", "function"):
+        return []
+    extra = message.get("additional_kwargs")
+    return [extra.get("tool_call_id")] if isinstance(extra, dict) else [None]
+
+
+# ---------------------------------------------------------------------------- Agent Framework
+
+
+def maf_contents(message: Mapping[str, Any], kind: str | None = None) -> list[dict[str, Any]]:
+    """The ``contents`` of an Agent Framework message (of ``type`` ``kind`` when given)."""
+    contents = message.get("contents")
+    if not isinstance(contents, list):
+        return []
+    return [c for c in contents if isinstance(c, dict) and (kind is None or c.get("type") == kind)]
+
+
+def _maf_pieces(message: Mapping[str, Any]) -> Iterator[Piece]:
+    """``text`` contents, ``function_call`` ``arguments`` and ``function_result``
+    ``result``; never reasoning, data, URIs, usage or ids."""
+    for content in maf_contents(message):
+        kind = content.get("type")
+        if kind == "text":
+            yield "text", content.get("text")
+        elif kind == "function_call":
+            yield "arguments", content.get("arguments")
+        elif kind == "function_result":
+            yield "values", content.get("result")

@@ -7,6 +7,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from histstore.envelopes import (
+    agent_framework_contents,
+    llama_index_blocks,
+    llama_index_openai_calls,
+)
+
 __all__ = ["Part", "framework_parts"]
 
 Part = tuple[str, ...] | tuple[str, Any, Any, Any]
@@ -22,6 +28,10 @@ def framework_parts(d: dict[str, Any]) -> list[Part] | None:
         return _pydantic(d["message"])
     if kind == "strands_message" and isinstance(d.get("session_message"), dict):
         return _strands(d["session_message"])
+    if kind == "llama_index" and isinstance(d.get("message"), dict):
+        return _llama_index(d["message"])
+    if kind == "agent_framework" and isinstance(d.get("message"), dict):
+        return _agent_framework(d["message"])
     return None
 
 
@@ -121,3 +131,52 @@ def _strands_result(result: dict[str, Any]) -> list[str]:
     if result.get("status") == "error":
         lines.append("(error)")
     return lines
+
+
+def _llama_index(message: dict[str, Any]) -> list[Part]:
+    found: list[Part] = []
+    extra = message.get("additional_kwargs")
+    result_id = extra.get("tool_call_id") if isinstance(extra, dict) else None
+    answers = message.get("role") in ("tool", "function")
+    for block in llama_index_blocks(message):
+        kind = block.get("block_type")
+        text = block.get("text")
+        if kind == "text" and answers:
+            found.append(("result", result_id, text, ""))
+        elif kind == "text":
+            found.append(("text", text if isinstance(text, str) else ""))
+        elif kind == "thinking" and isinstance(block.get("content"), str):
+            found.append(("text", "(thinking) " + " ".join(block["content"].split())))
+        elif kind == "tool_call":
+            name, args = block.get("tool_name"), block.get("tool_kwargs")
+            found.append(("call", name, args, block.get("tool_call_id")))
+        elif kind not in ("citable", "citation"):
+            found.append(("text", f"[{kind or 'block'}]"))
+    for openai_call in llama_index_openai_calls(message):
+        fn = openai_call.get("function")
+        named: dict[str, Any] = fn if isinstance(fn, dict) else {}
+        found.append(("call", named.get("name"), named.get("arguments"), openai_call.get("id")))
+    if not found:
+        found.append(("text", ""))
+    return found
+
+
+def _agent_framework(message: dict[str, Any]) -> list[Part]:
+    found: list[Part] = []
+    for content in agent_framework_contents(message):
+        kind = content.get("type")
+        text = content.get("text")
+        if kind == "text":
+            found.append(("text", text if isinstance(text, str) else ""))
+        elif kind == "text_reasoning" and isinstance(text, str):
+            found.append(("text", "(thinking) " + " ".join(text.split())))
+        elif kind == "function_call":
+            name, args = content.get("name"), content.get("arguments")
+            found.append(("call", name, args, content.get("call_id")))
+        elif kind == "function_result":
+            found.append(("result", content.get("call_id"), content.get("result"), ""))
+        else:
+            found.append(("text", f"[{kind or 'content'}]"))
+    if not found:
+        found.append(("text", ""))
+    return found

@@ -11,6 +11,10 @@
 - ``histstore.integrations.strands.HiststoreSessionRepository``: a Strands Agents
   ``SessionRepository`` (and ``HiststoreSessionManager``, Strands'
   ``RepositorySessionManager`` on it) (``pip install 'histstore[strands]'``).
+- ``histstore.integrations.llama_index.HiststoreChatStore``: a LlamaIndex
+  ``AsyncDBChatStore``, for ``Memory`` (``pip install 'histstore[llamaindex]'``).
+- ``histstore.integrations.agent_framework.HiststoreHistoryProvider``: a Microsoft Agent
+  Framework ``HistoryProvider`` (``pip install 'histstore[agent-framework]'``).
 
 Each adapter takes a ``Store`` (borrowed: the adapter never closes it) or anything
 ``histstore.connect()`` accepts (owned: opened on first use with ``connect()``'s

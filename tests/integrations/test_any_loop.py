@@ -29,18 +29,22 @@ from typing import Any
 
 import psycopg
 import pytest
+from agent_framework import Message as AFMessage
 from conftest import Backend
 from helpers import PG_ADMIN_URL, PYTHON, subprocess_env
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
+from llama_index.core.base.llms.types import ChatMessage
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 from sqlalchemy import make_url
 from sqlalchemy.exc import SAWarning
 
 import histstore
 from histstore.integrations.adk import HiststoreSessionService
+from histstore.integrations.agent_framework import HiststoreHistoryProvider
 from histstore.integrations.langchain import HiststoreChatMessageHistory
 from histstore.integrations.langgraph import HiststoreSaver
+from histstore.integrations.llama_index import HiststoreChatStore
 from histstore.integrations.openai_agents import HiststoreSession
 from histstore.integrations.pydantic_ai import HiststoreMessageHistory
 
@@ -106,6 +110,22 @@ async def _adk_count(service: HiststoreSessionService) -> int:
     return len((await service.list_sessions(app_name="app", user_id="u")).sessions)
 
 
+async def _llama_write(chat_store: HiststoreChatStore, tag: str) -> None:
+    await chat_store.add_message("k1", ChatMessage(role="user", content=tag))
+
+
+async def _llama_count(chat_store: HiststoreChatStore) -> int:
+    return await chat_store.count_messages("k1")
+
+
+async def _maf_write(provider: HiststoreHistoryProvider, tag: str) -> None:
+    await provider.save_messages("s1", [AFMessage(role="user", contents=[tag])])
+
+
+async def _maf_count(provider: HiststoreHistoryProvider) -> int:
+    return len(await provider.get_messages("s1"))
+
+
 KITS = [
     Kit("langgraph", HiststoreSaver, _saver_write, _saver_count, bridged=True),
     Kit(
@@ -123,6 +143,8 @@ KITS = [
         _pydantic_count,
     ),
     Kit("adk", HiststoreSessionService, _adk_write, _adk_count),
+    Kit("llamaindex", HiststoreChatStore, _llama_write, _llama_count),
+    Kit("agent-framework", HiststoreHistoryProvider, _maf_write, _maf_count),
 ]
 BRIDGED = [k for k in KITS if k.bridged]
 
@@ -380,8 +402,11 @@ def test_sync_saver_without_with_exits_quietly(shared_backend: Backend) -> None:
     script = textwrap.dedent(
         """
         import sys
-        from langgraph.checkpoint.base import empty_checkpoint
+        from agent_framework import Message as AFMessage
+from langgraph.checkpoint.base import empty_checkpoint
+from llama_index.core.base.llms.types import ChatMessage
         from histstore.integrations.langgraph import HiststoreSaver
+from histstore.integrations.llama_index import HiststoreChatStore
 
         saver = HiststoreSaver(sys.argv[1])
         config = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
