@@ -857,6 +857,7 @@ def test_the_command_line_uses_only_public_names() -> None:
         "histstore",
         "histstore.admin",
         "histstore.checkpoints",
+        "histstore.envelopes",
         "histstore.turns",
         "histstore.middleware",
     }

@@ -402,11 +402,8 @@ def test_sync_saver_without_with_exits_quietly(shared_backend: Backend) -> None:
     script = textwrap.dedent(
         """
         import sys
-        from agent_framework import Message as AFMessage
-from langgraph.checkpoint.base import empty_checkpoint
-from llama_index.core.base.llms.types import ChatMessage
+        from langgraph.checkpoint.base import empty_checkpoint
         from histstore.integrations.langgraph import HiststoreSaver
-from histstore.integrations.llama_index import HiststoreChatStore
 
         saver = HiststoreSaver(sys.argv[1])
         config = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
