@@ -52,6 +52,7 @@ from histstore.checkpoints import CheckpointStore, StoredCheckpoint
 from histstore.integrations import StoreTarget, _missing_framework, _StoreHandle
 
 try:
+    from langchain_core.messages import BaseMessage
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import (
         BaseCheckpointSaver,
@@ -77,8 +78,9 @@ from ._langgraph_codec import (
 )
 from ._langgraph_values import RecentValues, SharedItems
 from ._sync import BridgedAdapter, LoopBridge
+from .langchain import to_stored
 
-__all__ = ["HiststoreSaver"]
+__all__ = ["HiststoreSaver", "readable"]
 
 T = TypeVar("T")
 
@@ -372,6 +374,23 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
     async def _storage_here(self) -> CheckpointStore:
         """The checkpoint storage of the running loop's store (made once per store)."""
         return await self._handle.derived(CheckpointStore)
+
+
+def readable(value: Any) -> Any:
+    """A channel value as JSON data, for people and tools (``histstore threads show``,
+    ``histstore export``): a LangChain message as a LangChain history stores it (its
+    ``role`` and LangChain's own serialization), a list or tuple item by item, a dict
+    value by value (keys as strings), JSON scalars as they are, anything else as
+    ``{"type": <its class>, "repr": <its repr>}``."""
+    if isinstance(value, BaseMessage):
+        return to_stored(value)
+    if isinstance(value, (list, tuple)):
+        return [readable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): readable(v) for k, v in value.items()}
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return {"type": type(value).__name__, "repr": repr(value)}
 
 
 _LOAD_IN_THREAD = 1 << 20
