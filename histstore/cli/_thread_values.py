@@ -5,7 +5,7 @@ Without LangGraph installed, ``channel_values`` says so on stderr and decodes no
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import IO, Any
 
 from histstore import HistStoreError, Message, Store
@@ -13,7 +13,7 @@ from histstore import HistStoreError, Message, Store
 from ._messages import compact
 from ._render import Printer, Style
 
-__all__ = ["MISSING_SERDE", "channel_values", "print_value"]
+__all__ = ["MISSING_SERDE", "channel_values", "newest_messages", "print_value"]
 
 MISSING_SERDE = (
     "histstore: a thread's values are not shown: decoding them needs LangGraph's serializer"
@@ -50,6 +50,46 @@ async def channel_values(
         if channel in values:
             found[checkpoint_id] = readable(values[channel])
     return found
+
+
+def newest_messages(store: Store) -> Callable[[str], Awaitable[Mapping[str, Any]]]:
+    """For ``export``: a thread's ``messages`` (the channel of its newest checkpoint of
+    the graph's namespace, as readable JSON) and ``messages_checkpoint`` (that
+    checkpoint's id); nothing for a thread without one. Without LangGraph, or for a value
+    the serializer cannot decode, nothing, said once on stderr."""
+    said: set[str] = set()
+
+    def once(line: str) -> None:
+        if line not in said:
+            said.add(line)
+            print(line, file=sys.stderr)
+
+    async def readable_thread(thread_id: str) -> Mapping[str, Any]:
+        try:
+            from histstore.integrations.langgraph import HiststoreSaver, readable
+        except ImportError:
+            once(MISSING_SERDE)
+            return {}
+        config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+        try:
+            got = await HiststoreSaver(store).aget_tuple(config)  # type: ignore[arg-type]
+        except HistStoreError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a value of the graph's own types
+            once(
+                f"histstore: the messages of some threads are not written as JSON: their"
+                f" values do not decode here ({type(exc).__name__}); their rows are"
+            )
+            return {}
+        values = {} if got is None else got.checkpoint.get("channel_values") or {}
+        if got is None or "messages" not in values:
+            return {}
+        return {
+            "messages_checkpoint": got.checkpoint["id"],
+            "messages": readable(values["messages"]),
+        }
+
+    return readable_thread
 
 
 def print_value(out: IO[str], value: Any) -> None:

@@ -328,3 +328,31 @@ async def test_show_without_langgraph_says_what_to_install(tmp_path: Path) -> No
     assert proc.returncode == 0
     assert "pip install 'histstore[langgraph]'" in err.decode()
     assert "CHECKPOINT" in out.decode()
+
+
+async def test_export_writes_a_threads_messages_as_json(backend: Any, tmp_path: Path) -> None:
+    """Beside the rows (base64 values), a thread record holds its newest checkpoint's
+    messages as readable JSON; an import ignores them and stores the rows."""
+    reach = _reach(backend)
+    thread = new_thread()
+    async with backend.connect() as store:
+        await chat(HiststoreSaver(store), thread, 2)
+        newest = await HiststoreSaver(store).aget_tuple({"configurable": {"thread_id": thread}})
+    assert newest is not None
+    dump = tmp_path / "dump.jsonl"
+    await ok("export", "--thread", thread, "-o", str(dump), *reach)
+    records = [json.loads(line) for line in dump.read_text().splitlines()]
+    (record,) = [r for r in records if r.get("type") == "thread"]
+    assert record["messages_checkpoint"] == newest.checkpoint["id"]
+    assert [(m["role"], m["content"]) for m in record["messages"]] == [
+        ("user", "hello 0"),
+        ("assistant", "reply 0"),
+        ("user", "hello 1"),
+        ("assistant", "reply 1"),
+    ]
+    target = str(tmp_path / "imported.db")
+    await ok("import", str(dump), "--url", target)
+    async with HiststoreSaver(target) as saver:
+        again = await saver.aget_tuple({"configurable": {"thread_id": thread}})
+    assert again is not None
+    assert again.checkpoint == newest.checkpoint
