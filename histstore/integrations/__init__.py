@@ -19,8 +19,9 @@ extra to install.
 An owned adapter works from any event loop: each loop it is used on gets a store of its
 own (connections belong to one loop), opened on that loop's first call and found again
 by a dict lookup; the sync methods of the LangGraph and LangChain adapters run on a
-private loop thread. So successive ``asyncio.run`` calls, a framework's own loop and
-worker threads with loops of their own all work. A loop's store is closed when the loop
+private loop thread. So successive ``asyncio.run`` calls, a framework's own loop,
+worker threads with loops of their own and sync calls made inside a running loop (a
+notebook cell, an async handler calling sync code) all work. A loop's store is closed when the loop
 ends through ``asyncio.run`` (or anything calling ``loop.shutdown_asyncgens()``); a loop
 closed without that leaves its store to be released later, its connections terminated
 (asyncpg's) or closed (aiosqlite's) without that loop, as soon as another loop opens its
