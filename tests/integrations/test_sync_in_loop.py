@@ -224,3 +224,16 @@ async def test_borrowed_store_of_another_threads_loop_serves_this_loop(
         loop.call_soon_threadsafe(loop.stop)
         runner.join()
         loop.close()
+
+
+async def test_connect_options_are_checked_when_the_adapter_is_made(
+    store: histstore.Store, tmp_path: Any
+) -> None:
+    with pytest.raises(TypeError, match="not for a Store"):
+        HiststoreSaver(store, connect_options={"durability": "full"})
+    with pytest.raises(TypeError):
+        HiststoreSaver.from_conn_string(str(tmp_path / "x.db"), no_such_option=1)
+    with pytest.raises(ValueError, match="pooler"):
+        HiststoreChatMessageHistory("c", str(tmp_path / "x.db"), connect_options={"pooler": "x"})
+    async with HiststoreSaver.from_conn_string(str(tmp_path / "x.db")) as saver:  # async too
+        assert await saver.aget_tuple(_config("t1")) is None
