@@ -40,7 +40,7 @@ from .format import (
 )
 from .importing import import_store
 from .read import Page, Source, StoredConversation
-from .threads.moves import export_threads
+from .threads.moves import Readable, export_threads
 from .threads.read import ThreadSource
 
 __all__ = [
@@ -64,6 +64,7 @@ async def export_store(
     threads: Sequence[str] | None = None,
     batch: int = DEFAULT_BATCH,
     progress: Progress | None = None,
+    readable_threads: Readable | None = None,
 ) -> TransferStats:
     """Write the store's conversations and LangGraph threads as JSON Lines (format
     version 3, ``_transfer.format``; version 2 when no thread is written): everything
@@ -74,6 +75,9 @@ async def export_store(
     With neither ``ids`` nor ``threads`` everything is exported; otherwise exactly the
     conversations ``ids`` and the threads ``threads`` name. ``user`` keeps that user's
     conversations and threads; a scoped view exports only its user's.
+    ``readable_threads(thread_id)``, when given, is awaited for each thread before it is
+    read: the keys it returns are added to the thread's record, for people and tools
+    (``histstore export`` adds its messages as JSON); an import ignores them.
 
     Raises:
         NotFound: one of ``ids`` or ``threads`` does not exist or is not seen by the
@@ -110,7 +114,7 @@ async def export_store(
                     progress(stats)
         counts = None
         if with_threads:
-            await export_threads(thread_source, writer, stats, progress)
+            await export_threads(thread_source, writer, stats, progress, readable_threads)
             counts = (stats.threads, stats.checkpoints)
         writer.write(footer_line(stats.conversations, stats.messages, counts))
         writer.flush()

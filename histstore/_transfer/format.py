@@ -60,7 +60,9 @@ the table but ``thread_id``, by name, each value in its JSON form by the column'
 (bytes as standard base64, so serialized checkpoints, channel values and pending writes
 travel byte for byte; times as above; text and numbers as they are). The thread
 record's ``row`` is the thread's own row (its owner and times); ``rows`` counts its
-rows of each type, and a reader checks them.
+rows of each type, and a reader checks them. Other keys of a thread record are for people
+and tools (``histstore export`` adds ``messages``, its newest messages as JSON, and
+``messages_checkpoint``); a reader ignores them.
 
 Idempotency records are not exported. The footer counts every conversation record,
 message record, thread record and checkpoint record of the file; a reader checks them.
@@ -110,6 +112,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+Extra = Mapping[str, Any] | None
 
 FORMAT_NAME = "histstore"
 FORMAT_VERSION = 3
@@ -174,9 +177,12 @@ def footer_line(conversations: int, messages: int, threads: tuple[int, int] | No
     return json.dumps(footer, separators=(",", ":")) + "\n"
 
 
-def thread_line(thread_id: str, row: Mapping[str, Any], counts: Mapping[str, int]) -> str:
-    """A thread record: its row's record form (``threads.rows.encode_row``) and row counts."""
-    record = {"type": "thread", "id": thread_id, "row": row, "rows": counts}
+def thread_line(
+    thread_id: str, row: Mapping[str, Any], counts: Mapping[str, int], readable: Extra = None
+) -> str:
+    """A thread record: its row's record form (``threads.rows.encode_row``), row counts,
+    and the ``readable`` mapping's keys (a reader ignores them; its own keys win)."""
+    record = {**(readable or {}), "type": "thread", "id": thread_id, "row": row, "rows": counts}
     return json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
 
 

@@ -14,6 +14,7 @@ from histstore.checkpoints import CheckpointStore, ThreadInfo
 
 from ._commands import UsageError, confirm, open_store
 from ._render import ProgressLine, Style, print_listing, span, table, when
+from ._thread_values import channel_values, print_value
 
 __all__ = ["add_threads_command"]
 
@@ -50,11 +51,25 @@ def add_threads_command(
     out.add_argument("-q", "--quiet", action="store_true", help="print only the ids")
     out.add_argument("--json", action="store_true", help="one JSON object per thread")
 
-    p = action("show", cmd_threads_show, "print a thread's checkpoints, newest first")
+    p = action(
+        "show",
+        cmd_threads_show,
+        "print a thread's messages (its newest checkpoint's) and its checkpoints, newest first",
+    )
     p.add_argument("thread", metavar="THREAD")
     user(p)
     p.add_argument("--limit", type=count, default=50, help="at most N checkpoints (0: all; 50)")
     p.add_argument("--json", action="store_true", help="one JSON object per checkpoint")
+    p.add_argument(
+        "--channel", default="messages", metavar="NAME", help="the channel shown (messages)"
+    )
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--every", action="store_true", help="the channel of every checkpoint listed"
+    )
+    shown.add_argument(
+        "--checkpoints", action="store_true", help="the checkpoints only (nothing decoded)"
+    )
 
     p = action(
         "prune",
@@ -107,12 +122,24 @@ async def cmd_threads_ls(args: argparse.Namespace) -> int:
 
 async def cmd_threads_show(args: argparse.Namespace) -> int:
     async with open_store(args.url, schema=args.schema, read_only=True) as store:
-        view = CheckpointStore(store.scoped(args.user) if args.user else store)
-        info = await view.thread(args.thread)
-        shown = await view.checkpoints(args.thread, limit=None if args.limit == 0 else args.limit)
+        view = store.scoped(args.user) if args.user else store
+        catalog = CheckpointStore(view)
+        info = await catalog.thread(args.thread)
+        shown = await catalog.checkpoints(
+            args.thread, limit=None if args.limit == 0 else args.limit
+        )
+        values: dict[str, Any] = {}
+        if not args.checkpoints:
+            wanted = [cp.checkpoint_id for cp in shown if cp.checkpoint_ns == ""]
+            values = await channel_values(
+                view, args.thread, args.channel, wanted[: 1 if not args.every else None]
+            )
     if args.json:
         for cp in shown:
-            print(json.dumps(cp.as_dict(), ensure_ascii=False))
+            record = cp.as_dict()
+            if cp.checkpoint_ns == "" and cp.checkpoint_id in values:
+                record[args.channel] = values[cp.checkpoint_id]
+            print(json.dumps(record, ensure_ascii=False))
         return 0
     style = Style(sys.stdout)
     details = [
@@ -126,6 +153,10 @@ async def cmd_threads_show(args: argparse.Namespace) -> int:
     for key, value in details:
         print(f"{style.dim(f'{key:<12}')} {value}")
     print()
+    for checkpoint_id, value in values.items():
+        print(style.bold(f"{args.channel} of checkpoint {checkpoint_id}"))
+        print_value(sys.stdout, value)
+        print()
     rows = [
         (
             cp.checkpoint_id,

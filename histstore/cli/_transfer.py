@@ -13,6 +13,7 @@ from histstore import HistStoreError, admin
 
 from ._commands import open_store
 from ._render import ProgressLine
+from ._thread_values import newest_messages
 
 __all__ = ["cmd_copy", "cmd_export", "cmd_import"]
 
@@ -33,6 +34,7 @@ async def cmd_export(args: argparse.Namespace) -> int:
             "ids": args.ids or (None if args.thread is None else []),
             "threads": args.thread,
             "user": args.user,
+            "readable_threads": newest_messages(source),
         }
         target = args.output
         try:

@@ -26,8 +26,9 @@ extra to install.
 An owned adapter works from any event loop: each loop it is used on gets a store of its
 own (connections belong to one loop), opened on that loop's first call and found again
 by a dict lookup; the sync methods of the LangGraph, LangChain and Strands adapters run on a
-private loop thread. So successive ``asyncio.run`` calls, a framework's own loop and
-worker threads with loops of their own all work. A loop's store is closed when the loop
+private loop thread. So successive ``asyncio.run`` calls, a framework's own loop,
+worker threads with loops of their own and sync calls made inside a running loop (a
+notebook cell, an async handler calling sync code) all work. A loop's store is closed when the loop
 ends through ``asyncio.run`` (or anything calling ``loop.shutdown_asyncgens()``); a loop
 closed without that leaves its store to be released later, its connections terminated
 (asyncpg's) or closed (aiosqlite's) without that loop, as soon as another loop opens its
@@ -45,7 +46,7 @@ from __future__ import annotations
 import asyncio
 import os
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from sqlalchemy import URL
@@ -89,7 +90,8 @@ def _unwrap(message: Message, kind: str, key: str, describe: str) -> dict[str, A
 
 
 class _StoreHandle:
-    """The store an adapter works on: borrowed, or owned (one store per event loop).
+    """The store an adapter works on: borrowed, or owned (one store per event loop, each
+    opened by ``connect(store, **options)``).
 
     A borrowed store is used on whatever loop calls, as any ``Store`` is. An owned one
     is opened on each loop's first call and released when that loop ends or the adapter
@@ -106,13 +108,15 @@ class _StoreHandle:
         "owned",
     )
 
-    def __init__(self, store: StoreTarget) -> None:
+    def __init__(self, store: StoreTarget, options: Mapping[str, Any] | None = None) -> None:
         self._borrowed: Store | None = None
         self._stores: LoopStores | None = None
         self._closed = False
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._derived: dict[Callable[[Store], Any], Any] = {}
         if isinstance(store, Store):
+            if options:
+                raise TypeError("connect() options are for a URL or path, not for a Store")
             self._borrowed = store
             self.owned = False
         else:
@@ -121,8 +125,9 @@ class _StoreHandle:
                     "store must be a histstore.Store, a file path, a database URL or an"
                     f" AsyncEngine, not {type(store).__name__}"
                 )
-            connect(store)  # a malformed URL fails here, not on first use (nothing opens)
-            self._stores = LoopStores(store)
+            # A malformed URL or option fails here, not on first use (nothing opens).
+            connect(store, **(options or {}))
+            self._stores = LoopStores(store, options)
             # An adapter dropped unclosed, or still open at exit, releases its stores.
             self._finalizer = weakref.finalize(self, self._stores.close, FINALIZER_PATIENCE)
             self.owned = True

@@ -88,13 +88,15 @@ class _Entry:
 
 
 class LoopStores:
-    """The stores opened from one ``connect()`` target, one per event loop (see module).
+    """The stores opened from one ``connect()`` target (with ``options``, ``connect()``'s
+    keyword arguments), one per event loop (see module).
 
     Thread-safe. ``closed`` once ``aclose``/``close`` ran: nothing opens any more.
     """
 
-    def __init__(self, target: object) -> None:
+    def __init__(self, target: object, options: Mapping[str, Any] | None = None) -> None:
         self._target = target
+        self._options = dict(options or {})
         self._entries: dict[asyncio.AbstractEventLoop, _Entry] = {}
         self.by_loop: Mapping[asyncio.AbstractEventLoop, _Entry] = self._entries
         """Each loop's entry, to read without the lock (changed only under it)."""
@@ -163,7 +165,7 @@ class LoopStores:
         if ended:  # stores of loops found closed: released here, not left to pile up
             await _report(entry.loop, [self.release(e) for e in ended])
         try:
-            store = await connect(self._target)  # type: ignore[arg-type]
+            store = await connect(self._target, **self._options)  # type: ignore[arg-type]
         except BaseException:
             with self._lock:
                 if self._entries.get(entry.loop) is entry:

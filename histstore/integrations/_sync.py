@@ -30,9 +30,12 @@ class LoopBridge(Generic[R]):
     ``_StoreHandle``), a borrowed one is used where it is called. Sync calls of an owned
     adapter run on its private ``_loops.LoopThread`` (started on the first one); those of a
     borrowed one are handed to the loop the store is used on: the loop running when the
-    bridge was made, else that of the latest async call. A sync call in a thread whose
-    event loop runs raises ``RuntimeError`` naming the async method instead of blocking
-    that loop.
+    bridge was made, else that of the latest async call. A sync call may be made from a
+    thread whose event loop runs (a notebook cell, an async handler calling sync code):
+    it blocks that loop until the operation, running on the other loop, is done, as
+    LangGraph's own sync savers do. Only a call that would wait on the loop it blocks (a
+    borrowed store's, from that loop's own thread) raises ``RuntimeError`` naming the
+    async method instead of deadlocking.
 
     Args:
         handle: the adapter's store.
@@ -87,9 +90,29 @@ class LoopBridge(Generic[R]):
         return await op(await self._resource())
 
     def call(self, op: Callable[[R], Awaitable[T]], name: str, async_name: str | None = None) -> T:
-        """Run ``op`` from sync code (the adapter's method ``name``) and wait for it."""
+        """Run ``op`` from sync code (the adapter's method ``name``) and wait for it, also
+        in a thread whose event loop runs (see the class)."""
+        home = self._sync_home(name, async_name)
+        return self._submit(home, op).result()
+
+    def call_anywhere(self, op: Callable[[R], Awaitable[T]], name: str) -> T:
+        """``call`` for an adapter whose sync method ``name`` has no async twin (a
+        framework calling sync hooks from its own loop): the refusal on the store's own
+        loop says to call it from another thread."""
+        home = self._sync_home(name, None, instead="call it from another thread (e.g. asyncio.to_thread)"
+        return self._submit(home, op).result()
+
+    def refuse_own_loop(self, name: str, async_name: str | None = None) -> None:
+        """Raise what ``call`` would, before any work: ``RuntimeError`` when the sync
+        method ``name`` would wait on the loop running in this thread, ``HistStoreError``
+        when the adapter is closed."""
+        self._sync_home(name, async_name)
+
+    def _sync_home(
+        self, name: str, async_name: str | None, *, instead: str | None = None
+    ) -> asyncio.AbstractEventLoop:
+        """The loop a sync call runs on (never the one running in this thread)."""
         async_name = async_name or "a" + name
-        self.no_loop_here(name, async_name)
         self._check_open()
         home = self._home
         if self.handle.owned:
@@ -105,54 +128,20 @@ class LoopBridge(Generic[R]):
                 f"{self._call_args}` there once; or give the {noun} a URL or path"
                 " so that it owns its store"
             )
-        return self._submit(home, op).result()
-
-    def call_anywhere(self, op: Callable[[R], Awaitable[T]], name: str) -> T:
-        """Run ``op`` from sync code and wait for it, also from a thread whose event loop
-        runs (a framework calling a sync hook from its async code): it runs on the loop
-        ``call`` would use, which is another thread's, and this thread waits.
-
-        Raises:
-            RuntimeError: that loop is the calling thread's own (a borrowed store used
-                on this loop): waiting there would never end.
-        """
-        self._check_open()
-        home = self._home
-        if self.handle.owned:
-            try:
-                home = self.handle.private_loop(self._thread_name)
-            except HistStoreError:
-                raise HistStoreError(self._closed) from None
-        noun = self._noun
-        if home is None:
-            raise RuntimeError(
-                f"{self._owner}.{name} needs the event loop its Store runs on: make the"
-                f" {noun} inside that loop, or give the {noun} a URL or path so that it"
-                " owns its store"
-            )
-        try:
-            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if home is running:
+        if home is _running_loop() and instead is not None:
             raise RuntimeError(
                 f"{self._owner}.{name} is synchronous and its Store runs on this thread's"
-                f" event loop: call it from another thread (e.g. asyncio.to_thread), or"
-                f" give the {noun} a URL or path so that it owns its store"
+                f" event loop: {instead}, or give the {self._noun} a"
+                " URL or path so that it owns its store"
             )
-        return self._submit(home, op).result()
-
-    def no_loop_here(self, name: str, async_name: str | None = None) -> None:
-        """Raise ``RuntimeError`` when the sync method ``name`` is called on a running loop."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        raise RuntimeError(
-            f"{self._owner}.{name} is synchronous and cannot run in a thread whose event"
-            f" loop is running; use `await {self._noun}.{async_name or 'a' + name}"
-            f"{self._call_args}` instead"
-        )
+        if home is _running_loop():
+            raise RuntimeError(
+                f"{self._owner}.{name} is synchronous and would block the event loop its"
+                f" Store runs on, in this thread; use `await {self._noun}.{async_name}"
+                f"{self._call_args}` instead (or give the {self._noun} a URL or path, so"
+                " that its sync calls run on a loop of their own)"
+            )
+        return home
 
     async def aclose(self) -> None:
         """Release the owned stores (each on its loop, or terminated once that loop has
@@ -160,8 +149,9 @@ class LoopBridge(Generic[R]):
         await self.handle.close()
 
     def close(self) -> None:
-        """Sync ``aclose``, from any thread that runs no event loop."""
-        self.no_loop_here("close", "aclose")
+        """Sync ``aclose``, from any thread, a running loop's included: the stores of
+        other loops are released before it returns; that of a loop running in this
+        thread as soon as the loop runs again (it cannot be awaited here)."""
         self.handle.close_sync()
 
     def _check_open(self) -> None:
@@ -180,6 +170,13 @@ class LoopBridge(Generic[R]):
             return await op(await self._resource())
 
         return asyncio.run_coroutine_threadsafe(run(), home)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class BridgedAdapter:

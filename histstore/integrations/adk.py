@@ -20,7 +20,9 @@ Layout (every piece is an ordinary histstore conversation, readable with ``Store
   ``compact`` understand the session. A plain message an edit put in (a summary)
   reads as a text event. The conversation's metadata holds ``adk:kind`` (``"session"``),
   ``adk:app``, ``adk:user``, ``adk:session``, ``adk:updated`` (the session's
-  ``last_update_time``) and one key per session state key.
+  ``last_update_time``) and one key per session state key. The session is owned by its
+  ``user_id`` (when that is a valid histstore id), so ``store.scoped(user_id)`` and
+  ``histstore ls --user`` find it; given a scoped store, by that store's user.
 - App state lives in the metadata of ``adk-app/<app>``, user state in that of
   ``adk-user/<app>/<user>``, one metadata key per state key, so concurrent updates of
   different keys, from any number of tasks, processes or sessions, never lose one.
@@ -38,7 +40,7 @@ import asyncio
 import weakref
 from typing import Any
 
-from histstore import ConflictError, InvalidMessage, Message, NotFound, Store
+from histstore import ConflictError, InvalidId, InvalidMessage, Message, NotFound, Store
 
 from . import StoreTarget, _missing_framework, _StoreAdapter, _StoreHandle
 
@@ -139,9 +141,14 @@ class HiststoreSessionService(_StoreAdapter, BaseSessionService):
         app_state, user_state, session_state = split_state(state)
         conversation = _session_conversation(app_name, user_id, session_id)
         now = adk_time.get_time()
-        # The first append to this list claims the id: list_append is atomic and returns
-        # the new length, so of two racing creators exactly one sees 1.
-        if await store.list_append(conversation, CREATED_LIST, [now]) != 1:
+        # The first append to this list claims the id (and makes the session the user's):
+        # list_append is atomic and returns the new length, so of two racing creators
+        # exactly one sees 1. NotFound: the id is taken by a session of no owner.
+        try:
+            claimed = await _owned_by(store, user_id).list_append(conversation, CREATED_LIST, [now])
+        except NotFound:
+            claimed = 0
+        if claimed != 1:
             raise AlreadyExistsError(f"Session with id {session_id} already exists.")
         await merge_scoped(store, app_name, user_id, app_state, user_state)
         await store.merge_metadata(
@@ -373,3 +380,16 @@ class HiststoreSessionService(_StoreAdapter, BaseSessionService):
             return await store.metadata(conversation)
         except NotFound:  # deleted since it was listed
             return None
+
+
+def _owned_by(store: Store, user_id: str) -> Store:
+    """The view a session of ``user_id`` is created through: one scoped to the user, so
+    the session is theirs (``store.scoped(user_id)`` and ``histstore ls --user`` find
+    it); the store itself when it is a scoped view already (its user owns what it
+    makes) or when ``user_id`` is no valid histstore id (the session has no owner)."""
+    if store.user is not None:
+        return store
+    try:
+        return store.scoped(user_id)
+    except InvalidId:
+        return store

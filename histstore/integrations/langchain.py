@@ -33,7 +33,7 @@ is a checkpointer on the same store.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from histstore import InvalidMessage, Message, validate_id
@@ -110,9 +110,11 @@ class HiststoreChatMessageHistory(BridgedAdapter, BaseChatMessageHistory):
     """A chat history on one histstore conversation.
 
     The async methods (``aget_messages``, ``aadd_messages``, ``aclear``) are native.
-    The sync ones (``messages``, ``add_messages``, ``clear``) run the same coroutines
-    and raise ``RuntimeError`` (naming the async method) when an event loop runs in the
-    calling thread. Where they run:
+    The sync ones (``messages``, ``add_messages``, ``clear``) run the same coroutines on
+    another loop and wait for them, also in a thread whose event loop runs (a notebook
+    cell); only a sync call that would wait on the loop it blocks (a borrowed store's,
+    from that loop's thread) raises ``RuntimeError`` naming the async method. Where
+    they run:
 
     - given a URL or path, the history owns its stores: one per event loop, opened on
       the loop's first call (see ``histstore.integrations``); sync calls run on a
@@ -127,16 +129,25 @@ class HiststoreChatMessageHistory(BridgedAdapter, BaseChatMessageHistory):
         conversation_id: the conversation id (histstore's id rules apply).
         store: a ``Store`` (borrowed: never closed here) or anything
             ``histstore.connect()`` takes (owned).
+        connect_options: ``histstore.connect()``'s keyword arguments for an owned store
+            (``{"pooler": "transaction"}`` behind PgBouncer, for instance).
 
     Raises:
         InvalidId: bad ``conversation_id``.
-        TypeError, ValueError: ``store`` is not a store or a valid target.
+        TypeError, ValueError: ``store`` is not a store or a valid target, or
+            ``connect_options`` are given with a ``Store`` or are not ``connect()``'s.
     """
 
-    def __init__(self, conversation_id: str, store: StoreTarget) -> None:
+    def __init__(
+        self,
+        conversation_id: str,
+        store: StoreTarget,
+        *,
+        connect_options: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         self.conversation_id = validate_id(conversation_id)
-        handle = _StoreHandle(store)
+        handle = _StoreHandle(store, connect_options)
         self._bridge: LoopBridge[Store] = LoopBridge(
             handle,
             handle.get,

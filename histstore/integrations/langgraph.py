@@ -45,13 +45,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from histstore.checkpoints import CheckpointStore, StoredCheckpoint
 from histstore.integrations import StoreTarget, _missing_framework, _StoreHandle
 
 try:
+    from langchain_core.messages import BaseMessage
     from langchain_core.runnables import RunnableConfig
     from langgraph.checkpoint.base import (
         BaseCheckpointSaver,
@@ -77,8 +78,9 @@ from ._langgraph_codec import (
 )
 from ._langgraph_values import RecentValues, SharedItems
 from ._sync import BridgedAdapter, LoopBridge
+from .langchain import to_stored
 
-__all__ = ["HiststoreSaver"]
+__all__ = ["HiststoreSaver", "readable"]
 
 T = TypeVar("T")
 
@@ -92,8 +94,10 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
 
     The async methods are native. The sync ones serialize in the calling thread and run
     the same storage coroutines on the event loop the store belongs to, waiting for the
-    result; called in a thread whose event loop is running they raise ``RuntimeError``
-    naming the async method instead of blocking that loop. Which loop that is:
+    result, also in a thread whose event loop runs (a notebook cell, an async handler
+    calling sync code), as LangGraph's sync savers do; only a call that would wait on the
+    loop it blocks (a borrowed store's, from that loop's thread) raises ``RuntimeError``
+    naming the async method. Which loop that is:
 
     - given a URL or path, the saver owns its stores: one per event loop, opened on the
       loop's first call (see ``histstore.integrations``); sync calls run on a private
@@ -108,14 +112,23 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
         store: a ``Store`` (borrowed: never closed here; a scoped store confines the
             saver to its user's threads) or anything ``histstore.connect()`` takes (owned).
         serde: LangGraph's serializer for checkpoints, channel values and writes.
+        connect_options: ``histstore.connect()``'s keyword arguments for an owned store
+            (``{"pooler": "transaction"}`` behind PgBouncer, for instance).
 
     Raises:
-        TypeError, ValueError: ``store`` is not a store or a valid target.
+        TypeError, ValueError: ``store`` is not a store or a valid target, or
+            ``connect_options`` are given with a ``Store`` or are not ``connect()``'s.
     """
 
-    def __init__(self, store: StoreTarget, *, serde: SerializerProtocol | None = None) -> None:
+    def __init__(
+        self,
+        store: StoreTarget,
+        *,
+        serde: SerializerProtocol | None = None,
+        connect_options: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(serde=serde)
-        self._handle = _StoreHandle(store)
+        self._handle = _StoreHandle(store, connect_options)
         self._recent = RecentValues()
         self._bridge: LoopBridge[CheckpointStore] = LoopBridge(
             self._handle,
@@ -126,6 +139,15 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
             closed="the checkpointer is closed",
             thread_name="histstore-langgraph",
         )
+
+    @classmethod
+    def from_conn_string(
+        cls, conn_string: str, *, serde: SerializerProtocol | None = None, **connect_options: Any
+    ) -> HiststoreSaver:
+        """A saver owning the store at ``conn_string`` (a path or URL), for ``with`` or
+        ``async with`` as LangGraph's own savers' ``from_conn_string`` are used;
+        ``connect_options`` go to ``histstore.connect()``."""
+        return cls(conn_string, serde=serde, connect_options=connect_options)
 
     # ------------------------------------------------------------------ async API
 
@@ -268,7 +290,7 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Sync ``aput``."""
-        self._bridge.no_loop_here("put")
+        self._bridge.refuse_own_loop("put")
         args = (self.serde, config, checkpoint, metadata, new_versions)
         put = dump_put(*args, self._recent)
         if not self._bridge.call(put, "put"):
@@ -286,7 +308,7 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         """Sync ``aput_writes``."""
-        self._bridge.no_loop_here("put_writes")
+        self._bridge.refuse_own_loop("put_writes")
         self._bridge.call(dump_writes(self.serde, config, writes, task_id, task_path), "put_writes")
 
     def delete_thread(self, thread_id: str) -> None:
@@ -352,6 +374,23 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
     async def _storage_here(self) -> CheckpointStore:
         """The checkpoint storage of the running loop's store (made once per store)."""
         return await self._handle.derived(CheckpointStore)
+
+
+def readable(value: Any) -> Any:
+    """A channel value as JSON data, for people and tools (``histstore threads show``,
+    ``histstore export``): a LangChain message as a LangChain history stores it (its
+    ``role`` and LangChain's own serialization), a list or tuple item by item, a dict
+    value by value (keys as strings), JSON scalars as they are, anything else as
+    ``{"type": <its class>, "repr": <its repr>}``."""
+    if isinstance(value, BaseMessage):
+        return to_stored(value)
+    if isinstance(value, (list, tuple)):
+        return [readable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): readable(v) for k, v in value.items()}
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return {"type": type(value).__name__, "repr": repr(value)}
 
 
 _LOAD_IN_THREAD = 1 << 20

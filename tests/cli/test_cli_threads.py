@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
 from cli_runner import assert_one_line_error, ok, run
 from helpers import PYTHON, subprocess_env
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -96,7 +97,7 @@ async def test_ls_and_show_describe_threads(shared_backend: Any) -> None:
     shown = await ok("threads", "show", one, "--url", url)
     lines = shown.out.splitlines()
     assert lines[0].split() == ["thread", one]
-    table = lines[lines.index("") + 1 :]
+    table = lines[next(i for i, x in enumerate(lines) if x.startswith("CHECKPOINT")) :]
     assert table[0].split() == [
         "CHECKPOINT", "PARENT", "NAMESPACE", "STEP", "SOURCE", "WRITES", "CHANNELS"
     ]  # fmt: skip
@@ -250,3 +251,108 @@ async def test_export_into_a_pipe_closed_early_exits_quietly(tmp_path: Path) -> 
     out, err = await proc.communicate()
     assert err.decode() == ""
     assert out.decode().strip() in ("0", "1")  # 1 when the pipe closed before the end
+
+
+def _reach(backend: Any) -> tuple[str, ...]:
+    """The options a command reaches the backend by (its URL; the pooler behind PgBouncer)."""
+    if not backend.shared:
+        pytest.skip("a command cannot reach another process's in-memory database")
+    pooled = ("--pooler", "transaction") if backend.options.get("pooler") else ()
+    return ("--url", backend.url, *pooled)
+
+
+async def test_show_prints_a_threads_messages(backend: Any) -> None:
+    """``threads show`` prints the messages channel of the newest checkpoint (of every
+    checkpoint listed with ``--every``), as messages; ``--json`` adds it as readable JSON;
+    ``--checkpoints`` decodes nothing."""
+    reach = _reach(backend)
+    thread = new_thread()
+    async with backend.connect() as store:
+        await chat(HiststoreSaver(store), thread, 2)
+        newest = await latest(HiststoreSaver(store), thread)
+    assert [m.content for m in newest["messages"]] == ["hello 0", "reply 0", "hello 1", "reply 1"]
+
+    shown = await ok("threads", "show", thread, *reach)
+    lines = shown.out.splitlines()
+    heads = [x for x in lines if x.startswith("messages of checkpoint ")]
+    assert len(heads) == 1
+    said = [x.split()[1:] for x in lines[lines.index(heads[0]) + 1 : lines.index(heads[0]) + 5]]
+    assert said == [
+        ["user", "hello", "0"],
+        ["assistant", "reply", "0"],
+        ["user", "hello", "1"],
+        ["assistant", "reply", "1"],
+    ]
+    as_json = await ok("threads", "show", thread, "--json", *reach)
+    records = [json.loads(x) for x in as_json.out.splitlines()]
+    assert heads[0].split()[-1] == records[0]["checkpoint_id"]
+    messages = records[0]["messages"]
+    assert [(m["role"], m["type"], m["content"]) for m in messages] == [
+        ("user", "human", "hello 0"),
+        ("assistant", "ai", "reply 0"),
+        ("user", "human", "hello 1"),
+        ("assistant", "ai", "reply 1"),
+    ]
+    assert all("messages" not in r for r in records[1:])
+
+    every = await ok("threads", "show", thread, "--every", "--limit", "3", *reach)
+    counts = [x for x in every.out.splitlines() if x.startswith("messages of checkpoint ")]
+    assert len(counts) == 3
+    every_json = await ok("threads", "show", thread, "--every", "--json", *reach)
+    sizes = [len(json.loads(x).get("messages", [])) for x in every_json.out.splitlines()]
+    assert sizes == [4, 3, 2, 2, 1, 0]
+    bare = await ok("threads", "show", thread, "--checkpoints", *reach)
+    assert "messages of" not in bare.out
+    assert "CHECKPOINT" in bare.out
+
+
+async def test_show_without_langgraph_says_what_to_install(tmp_path: Path) -> None:
+    url = str(tmp_path / "lg.db")
+    thread = new_thread()
+    async with HiststoreSaver(url) as saver:
+        await chat(saver, thread, 1)
+    script = (
+        "import sys\n"
+        "for name in ('langgraph', 'langgraph.checkpoint', 'langchain_core'):\n"
+        "    sys.modules[name] = None\n"
+        "from histstore.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        PYTHON, "-c", script, "threads", "show", thread, "--url", url,
+        env={**subprocess_env(), "NO_COLOR": "1"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode == 0
+    assert "pip install 'histstore[langgraph]'" in err.decode()
+    assert "CHECKPOINT" in out.decode()
+
+
+async def test_export_writes_a_threads_messages_as_json(backend: Any, tmp_path: Path) -> None:
+    """Beside the rows (base64 values), a thread record holds its newest checkpoint's
+    messages as readable JSON; an import ignores them and stores the rows."""
+    reach = _reach(backend)
+    thread = new_thread()
+    async with backend.connect() as store:
+        await chat(HiststoreSaver(store), thread, 2)
+        newest = await HiststoreSaver(store).aget_tuple({"configurable": {"thread_id": thread}})
+    assert newest is not None
+    dump = tmp_path / "dump.jsonl"
+    await ok("export", "--thread", thread, "-o", str(dump), *reach)
+    records = [json.loads(line) for line in dump.read_text().splitlines()]
+    (record,) = [r for r in records if r.get("type") == "thread"]
+    assert record["messages_checkpoint"] == newest.checkpoint["id"]
+    assert [(m["role"], m["content"]) for m in record["messages"]] == [
+        ("user", "hello 0"),
+        ("assistant", "reply 0"),
+        ("user", "hello 1"),
+        ("assistant", "reply 1"),
+    ]
+    target = str(tmp_path / "imported.db")
+    await ok("import", str(dump), "--url", target)
+    async with HiststoreSaver(target) as saver:
+        again = await saver.aget_tuple({"configurable": {"thread_id": thread}})
+    assert again is not None
+    assert again.checkpoint == newest.checkpoint

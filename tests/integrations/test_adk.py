@@ -618,3 +618,48 @@ def test_benchmark_quick_run_prints_its_table(tmp_path):
         "histstore",
         "adk DatabaseSessionService",
     }
+
+
+async def test_sessions_are_owned_by_their_user(store, clock):
+    """A session belongs to its ``user_id``: a view scoped to that user (and a service
+    on it) finds it, another user's does not; an id no owner may be stays unowned."""
+    sessions = HiststoreSessionService(store)
+    for user, sid in (("alice", "a1"), ("alice", "a2"), ("bob", "b1"), ("x" * 300, "long")):
+        await sessions.create_session(app_name=APP, user_id=user, session_id=sid)
+    alice = HiststoreSessionService(store.scoped("alice"))
+    assert sorted(s.id for s in (await alice.list_sessions(app_name=APP)).sessions) == [
+        "a1",
+        "a2",
+    ]
+    assert await alice.get_session(app_name=APP, user_id="bob", session_id="b1") is None
+    session = await alice.get_session(app_name=APP, user_id="alice", session_id="a1")
+    assert session is not None
+    event = Event(
+        author="user",
+        invocation_id="i1",
+        content=types.Content(role="user", parts=[types.Part(text="hello")]),
+    )
+    await alice.append_event(session, event)
+    assert [h.position for h in await store.scoped("alice").search("hello")] == [0]
+    assert await store.scoped("bob").search("hello") == []
+    assert len(await store.scoped("bob").conversations()) == 1
+    everyone = await sessions.list_sessions(app_name=APP)
+    assert sorted(s.id for s in everyone.sessions) == ["a1", "a2", "b1", "long"]
+    with pytest.raises(AlreadyExistsError):  # taken, whoever asks
+        await HiststoreSessionService(store.scoped("bob")).create_session(
+            app_name=APP, user_id="alice", session_id="a1"
+        )
+
+
+async def test_ls_user_lists_a_users_sessions(backend, clock):
+    from cli_runner import run
+
+    if not backend.shared:
+        pytest.skip("a command cannot reach another process's in-memory database")
+    async with backend.connect() as store:
+        sessions = HiststoreSessionService(store)
+        await sessions.create_session(app_name=APP, user_id="alice", session_id="a1")
+        await sessions.create_session(app_name=APP, user_id="bob", session_id="b1")
+    pooled = ("--pooler", "transaction") if backend.options.get("pooler") else ()
+    result = await run("ls", "--url", backend.url, *pooled, "--user", "alice", "-q")
+    assert (result.code, result.out.split()) == (0, [f"adk-session/{APP}/alice/a1"])

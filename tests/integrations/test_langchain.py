@@ -165,7 +165,7 @@ async def test_aclear_and_isolation(store, cid):
     assert [m.content for m in await other.aget_messages()] == ["c"]
 
 
-async def test_sync_methods_refuse_a_running_loop(store, cid):
+async def test_sync_methods_refuse_their_stores_own_running_loop(store, cid):
     history = HiststoreChatMessageHistory(cid, store)
     with pytest.raises(RuntimeError, match=r"aget_messages\(\)"):
         history.messages  # noqa: B018

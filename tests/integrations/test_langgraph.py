@@ -300,7 +300,7 @@ async def test_interrupt_in_a_subgraph_async_then_sync_only_program(shared_backe
 # ---------------------------------------------------------------------- sync rules
 
 
-async def test_sync_methods_refuse_a_running_loop(store):
+async def test_sync_methods_refuse_their_stores_own_running_loop(store):
     saver = HiststoreSaver(store)
     config = thread_config(new_thread())
     with pytest.raises(RuntimeError, match=r"saver\.aget_tuple"):
@@ -313,8 +313,7 @@ async def test_sync_methods_refuse_a_running_loop(store):
         saver.put_writes(thread_config("t", checkpoint_id="x"), [("ch", 1)], "task")
     with pytest.raises(RuntimeError, match=r"saver\.adelete_thread"):
         saver.delete_thread("t")
-    with pytest.raises(RuntimeError, match=r"saver\.aclose"):
-        saver.close()
+    saver.close()  # a borrowed store is left open
     assert await saver.aget_tuple(config) is None  # nothing was written or broken
 
 

@@ -922,3 +922,46 @@ async def rows_of(engine: AsyncEngine, sql: str) -> list[Any]:
     """The rows ``sql`` finds."""
     async with engine.connect() as conn:
         return list(await conn.execute(text(sql)))
+
+
+async def test_adk_owners_upgrade_owns_the_sessions_stored_before(
+    engine: AsyncEngine, empty_url: str
+) -> None:
+    """Revision a41c5e0d7b93: ADK sessions stored with no owner (as the service created
+    them before) become their user's; a session owned already, a user id no owner may
+    be and other conversations are left; a downgrade keeps the owners."""
+    from histstore.integrations.adk import HiststoreSessionService
+
+    await alembic(engine, "upgrade", "head")
+    users = ["alice", 'o"brien\\x', "ünï", " padded", "x" * 300]
+    async with histstore.connect(empty_url) as store:
+        sessions = HiststoreSessionService(store)
+        for i, user in enumerate(users):
+            await sessions.create_session(app_name="app", user_id=user, session_id=f"s{i}")
+        await sessions.create_session(app_name="app", user_id="bob", session_id="owned")
+        await store.scoped("carol").write("plain", [{"role": "user", "content": "x"}])
+        await store.write("adk-session/not-one", [{"role": "user", "content": "x"}])
+    owners = "SELECT id, owner FROM histstore_conversations ORDER BY id"
+    made = dict(await rows_of(engine, owners))  # what a create stores today
+    await alembic(engine, "downgrade", "c8e1f4a2d7b6")
+    async with engine.begin() as conn:  # as the service left them before
+        await conn.execute(
+            text("UPDATE histstore_conversations SET owner = NULL WHERE id <> :kept"),
+            {"kept": next(c for c, o in made.items() if o == "bob")},
+        )
+        await conn.execute(
+            text("UPDATE histstore_conversations SET owner = 'carol' WHERE id = 'plain'")
+        )
+    await alembic(engine, "upgrade", "head")
+    assert dict(await rows_of(engine, owners)) == made
+    assert sorted(o for o in made.values() if o) == sorted(
+        ["alice", 'o"brien\\x', "ünï", "bob", "carol"]
+    )
+    async with histstore.connect(empty_url) as store:
+        listed = await HiststoreSessionService(store.scoped('o"brien\\x')).list_sessions(
+            app_name="app"
+        )
+        assert [s.id for s in listed.sessions] == ["s1"]
+    await alembic(engine, "downgrade", "c8e1f4a2d7b6")
+    assert dict(await rows_of(engine, owners)) == made
+    await alembic(engine, "upgrade", "head")

@@ -9,7 +9,7 @@ counts the thread record announces) and stores each thread whole through
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import IO, Any, TypeVar
 
 from ..._errors import HistStoreError
@@ -18,20 +18,31 @@ from .read import StoredThread, ThreadSource
 from .rows import KINDS, THREADS, check_row, check_thread, decode_row, encode_row
 from .write import ThreadTarget
 
-__all__ = ["copy_threads", "export_threads", "import_threads"]
+__all__ = ["Readable", "copy_threads", "export_threads", "import_threads"]
 
 T = TypeVar("T")
 
 
+Readable = Callable[[str], Awaitable[Mapping[str, Any]]]
+"""What adds readable keys to a thread's record, given its id (``export_store``)."""
+
+
 async def export_threads(
-    source: ThreadSource, out: IO[str], stats: TransferStats, progress: Progress | None
+    source: ThreadSource,
+    out: IO[str],
+    stats: TransferStats,
+    progress: Progress | None,
+    readable: Readable | None = None,
 ) -> None:
-    """Write every thread of ``source`` (each read in a snapshot of its own)."""
+    """Write every thread of ``source`` (each read in a snapshot of its own), each record
+    with the keys ``readable`` gives for it (asked before its snapshot opens)."""
     async for tid in source.ids():
+        extra = None if readable is None else await readable(tid)
         async with source.read(tid) as thread:
             if thread is None:
                 continue  # deleted since it was listed
-            out.write(thread_line(tid, encode_row(THREADS, thread.row), thread.counts))
+            row = encode_row(THREADS, thread.row)
+            out.write(thread_line(tid, row, thread.counts, extra))
             for kind, table in KINDS.items():
                 async for rows in thread.rows(kind):
                     for r in rows:
