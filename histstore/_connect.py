@@ -152,7 +152,7 @@ def connect(
             given up before committing, ``outcome.uncertain`` with the batch's
             ``idempotency_key`` when it was given up while committing. SQLite: waits
             for another writer's lock end by then (it caps ``busy_timeout``). See
-            docs/concurrency-and-durability.md.
+            docs/concurrency-guarantees.md.
 
     Raises:
         ValueError: the target or an option is not valid.

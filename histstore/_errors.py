@@ -100,9 +100,10 @@ class WriteError(HistStoreError):
 class CommitError(HistStoreError):
     """The reply of a model call could not be stored (see ``with_history``).
 
-    Carries the exact batch (``messages``), the position it belongs at (``position``) and
-    the write's ``outcome``. ``await error.retry(store)`` writes the batch again at the same
-    position, without calling the model, and is safe whatever the outcome was.
+    Carries the ``conversation``, the exact batch (``messages``), the position it belongs
+    at (``position``), the write's ``outcome`` and the batch's ``idempotency_key``.
+    ``await error.retry(store)`` writes the batch again at the same position, without
+    calling the model, and is safe whatever the outcome was.
     """
 
     def __init__(

@@ -27,9 +27,12 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from ._storage.migrations import upgrade as _upgrade
-from ._storage.schema import VERSION_TABLE
+from ._storage.schema import VERSION_TABLE as _VERSION_TABLE
 
 __all__ = ["VERSION_TABLE", "include_name", "include_object", "is_histstore_name", "upgrade"]
+
+VERSION_TABLE = _VERSION_TABLE
+"""The name of histstore's own Alembic version table, apart from the host's."""
 
 _PREFIX = "histstore_"
 

@@ -36,7 +36,11 @@ class _Window(Protocol):
 
 
 class HistoryChat:
-    """A model (and/or streamer) bound to a store; made by ``with_history``."""
+    """A model (and/or streamer) bound to a store; made by ``with_history``.
+
+    ``store``, ``model``, ``streamer``, ``window``, ``serialize`` and ``lease_ttl`` are
+    ``with_history``'s arguments (see there).
+    """
 
     def __init__(
         self,

@@ -323,7 +323,9 @@ class Summary:
     end: int
     content: Any
     token_count: int | None = None
+    """The summary's token count, if known."""
     created_at: datetime | None = None
+    """When the summary was stored (aware, UTC); ``None`` before that."""
 
     def __post_init__(self) -> None:
         for name in ("start", "end"):
@@ -353,15 +355,20 @@ class ConversationState:
     """
 
     id: str
+    """The conversation's id."""
     _: KW_ONLY
     user: str | None = None
+    """Its owner (see ``Store.scoped``); ``None``: no owner."""
     messages: tuple[Message, ...] = ()
     system_prompt: str | None = None
+    """Its system prompt, if one was set."""
     summaries: tuple[Summary, ...] = ()
     metadata: Mapping[str, Any] | None = None
     token_count: int = 0
     created_at: datetime | None = None
+    """When it was created (aware, UTC); ``None`` for a state not read from a store."""
     updated_at: datetime | None = None
+    """When it last changed (aware, UTC); ``None`` for a state not read from a store."""
 
     def __post_init__(self) -> None:
         validate_id(self.id)

@@ -37,9 +37,13 @@ class Hit:
     (a higher ``score`` is a better match; scores compare within one search only)."""
 
     conversation: str
+    """The id of the conversation the message is in."""
     position: int
+    """The message's position in that conversation."""
     message: Message
+    """The message found."""
     score: float
+    """How well it matched: higher is better, within one search only."""
 
 
 def indexed_text(message: Message | Mapping[str, Any]) -> str | None:

@@ -80,15 +80,25 @@ class Change:
 
     kind: str
     author: str | None = None
+    """Who made the change: ``None`` for the user's, the model's or a tool's writes."""
     at: datetime | None = None
+    """When a store recorded it (aware, UTC); ``None`` until a store keeps it."""
     revision: int | None = None
+    """Its revision in the conversation, from 1; ``None`` until a store keeps it."""
     start: int | None = None
+    """The position the entries part starts at; ``None`` for a change at the end."""
     removed: tuple[Entry, ...] = ()
+    """The entries that stood at ``start``, with their ids, authors and times."""
     added: tuple[Entry, ...] = ()
+    """The entries put in their place, each with its id."""
     moved: tuple[Move, ...] = ()
+    """The asides the entries part moved, as ``(aside_id, from_entry, to_entry)``."""
     asides: tuple[AsideOp, ...] = ()
+    """The aside states put, replaced or removed."""
     halt: tuple[str | None, str | None] | None = None
+    """The conversation's halt before and after, ``(before, after)``; ``None``: unchanged."""
     turn: TurnRecord | None = None
+    """The turn record opened (its ``end`` is ``None``) or the newest one ended."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

@@ -98,6 +98,7 @@ class Entry:
 
     message: Message
     entry_id: int | None
+    """The entry's id (from 1), unique within its conversation; ``None`` until stored."""
     author: str | None
     created_at: datetime | None = field(compare=False)
 
@@ -142,8 +143,11 @@ class Aside:
     """A JSON value drawn after the entry ``after`` (``None``: before every entry)."""
 
     aside_id: int
+    """The aside's id, unique within its conversation."""
     after: int | None
+    """The entry id it follows; ``None``: before every entry."""
     value: Any
+    """The JSON value."""
 
     def __repr__(self) -> str:
         return f"Aside(aside_id={self.aside_id!r}, after={self.after!r})"
@@ -184,6 +188,7 @@ class TurnRecord:
     number: int
     start: int
     opened_at: datetime | None = field(default=None, compare=False)
+    """When the turn was opened (aware, UTC); ``None`` until a store keeps it."""
     end: str | None = None
     ended_at: datetime | None = field(default=None, compare=False)
     usage: Mapping[str, int] | None = None

@@ -76,7 +76,9 @@ class ConversationTail:
     """
 
     revision: int
+    """The conversation's newest revision."""
     halted: str | None
+    """The reason it is halted; ``None``: not halted."""
     length: int
     start: int
     entries: list[Entry]

@@ -55,9 +55,13 @@ class BackupResult:
     """A finished backup: where it is, its size, and what it holds."""
 
     path: Path
+    """The backup file."""
     bytes: int
+    """Its size in bytes."""
     conversations: int
+    """The conversations it holds."""
     messages: int
+    """The messages it holds."""
 
 
 def backup(

@@ -138,7 +138,9 @@ class TransferStats:
     skipped: int = 0
     messages: int = 0
     total_messages: int | None = None
+    """The messages to transfer in all, when known beforehand (a progress bar's end)."""
     bytes_read: int = 0
+    """Bytes of the dump read so far (an import)."""
     threads: int = 0
     skipped_threads: int = 0
     checkpoints: int = 0

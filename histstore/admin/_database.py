@@ -35,7 +35,9 @@ class DatabaseLocation:
     """Where a target points: a printable form (never a password), and the SQLite file."""
 
     display: str
+    """The target as it may be printed (a password as ``***``)."""
     file: Path | None
+    """The SQLite database file; ``None`` for PostgreSQL or an in-memory database."""
 
 
 def locate(target: Target = None) -> DatabaseLocation:
@@ -62,8 +64,10 @@ class MigrationStatus:
     """
 
     database: str
+    """The database, as it may be printed (never a password)."""
     current: str | None
     head: str
+    """The newest revision this histstore knows."""
     known: bool
 
     @property

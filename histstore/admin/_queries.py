@@ -58,19 +58,33 @@ class StoreStats:
     """
 
     conversations: int
+    """Conversations."""
     messages: int
+    """Messages, in all conversations."""
     longest: int
+    """The length of the longest conversation."""
     users: int
+    """Distinct owners of conversations."""
     summaries: int
+    """Summaries."""
     metadata_entries: int
+    """Metadata keys set, over all conversations."""
     lists: int
+    """Named lists."""
     list_items: int
+    """Items in those lists."""
     write_records: int
+    """Recorded batches (each under its idempotency key, which confirms a retried batch)."""
     first_created: datetime | None
+    """When the oldest conversation was created."""
     oldest_change: datetime | None
+    """The oldest of the conversations' last changes."""
     newest_change: datetime | None
+    """The newest of the conversations' last changes."""
     schema_revision: str | None
+    """The database's schema revision; ``None``: no histstore schema."""
     user: str | None = None
+    """The scoped view's user; ``None`` for a whole store."""
     threads: int = 0
     checkpoints: int = 0
 
@@ -104,13 +118,20 @@ class ConversationInfo:
     """
 
     id: str
+    """The conversation's id."""
     user: str | None
+    """Its owner; ``None``: no owner."""
     system_prompt: str | None
+    """Its system prompt, if one was set."""
     length: int
+    """How many messages it holds."""
     created_at: datetime
+    """When it was created (aware, UTC)."""
     updated_at: datetime
+    """When it last changed (aware, UTC)."""
     lists: tuple[tuple[str, int], ...] = ()
     summaries: int = 0
+    """How many summaries it holds."""
     metadata_keys: tuple[str, ...] = ()
 
     @property

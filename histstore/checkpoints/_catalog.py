@@ -31,11 +31,15 @@ class ThreadInfo:
     namespaces (``""`` is the root graph's), when it was made and last changed."""
 
     thread_id: str
+    """The thread's id."""
     user: str | None
+    """Its owner; ``None``: no owner."""
     checkpoints: int
     namespaces: tuple[str, ...]
     created_at: datetime
+    """When it was made (aware, UTC)."""
     updated_at: datetime
+    """When it last changed (aware, UTC)."""
 
     def as_dict(self) -> dict[str, Any]:
         """The particulars as a JSON-ready dict (times as ISO 8601 strings)."""
@@ -56,9 +60,13 @@ class CheckpointInfo:
     the checkpoint itself and is not listed) and how many pending writes it has."""
 
     checkpoint_ns: str
+    """The namespace (``""``: the root graph)."""
     checkpoint_id: str
+    """The checkpoint's id."""
     parent_checkpoint_id: str | None
+    """The id of the checkpoint it follows; ``None``: the first."""
     created_at: datetime
+    """When it was stored (aware, UTC)."""
     metadata: dict[str, Any] = field(default_factory=dict)
     channels: tuple[str, ...] = ()
     writes: int = 0

@@ -19,8 +19,11 @@ class Blob:
     """
 
     channel: str
+    """The channel's name."""
     version: str
+    """The channel's version this value is."""
     type: str
+    """The serializer's type tag (LangGraph's ``serde`` pair)."""
     blob: bytes | None
     base: str | None = None
 
@@ -30,11 +33,17 @@ class Write:
     """One pending write of a task: its index, channel and serialized value."""
 
     task_id: str
+    """The task that made the write."""
     idx: int
+    """The write's index within the task (LangGraph's; negative for special writes)."""
     channel: str
+    """The channel written."""
     type: str
+    """The serializer's type tag of ``blob``."""
     blob: bytes
+    """The serialized value."""
     task_path: str = ""
+    """The task's path, which orders writes of different tasks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +59,17 @@ class StoredCheckpoint:
     """
 
     thread_id: str
+    """The thread's id."""
     checkpoint_ns: str
+    """The namespace (``""``: the root graph)."""
     checkpoint_id: str
+    """The checkpoint's id."""
     parent_checkpoint_id: str | None
+    """The id of the checkpoint it follows; ``None``: the first."""
     type: str
+    """The serializer's type tag of ``checkpoint``."""
     checkpoint: bytes
+    """The serialized checkpoint."""
     metadata: str
     values: tuple[Blob, ...]
     writes: tuple[Write, ...]

@@ -99,7 +99,8 @@ class LoopBridge(Generic[R]):
         """``call`` for an adapter whose sync method ``name`` has no async twin (a
         framework calling sync hooks from its own loop): the refusal on the store's own
         loop says to call it from another thread."""
-        home = self._sync_home(name, None, instead="call it from another thread (e.g. asyncio.to_thread)"
+        instead = "call it from another thread (e.g. asyncio.to_thread)"
+        home = self._sync_home(name, None, instead=instead)
         return self._submit(home, op).result()
 
     def refuse_own_loop(self, name: str, async_name: str | None = None) -> None:

@@ -38,13 +38,16 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
     raise _missing_framework("openai_agents", "openai-agents", _exc) from _exc
 
 from . import _openai_compaction
-from ._openai_compaction import COMPACTION_AUTHOR as COMPACTION_AUTHOR
+from ._openai_compaction import COMPACTION_AUTHOR as _COMPACTION_AUTHOR
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
     from agents.memory.session import _CompactionSnapshot
 
 __all__ = ["COMPACTION_AUTHOR", "HiststoreSession"]
+
+COMPACTION_AUTHOR = _COMPACTION_AUTHOR
+"""The author of a compaction's change record and of the entries it stores."""
 
 
 class WindowReader(Protocol):

@@ -24,6 +24,7 @@ import pytest
 from cli_runner import Result, assert_one_line_error, ok, run, run_subprocess
 from helpers import PYTHON, empty_pg_database, new_id, subprocess_env
 from sqlalchemy import update
+from waiting import clock_tick
 
 import histstore
 from histstore import ConversationState, Message, Summary, admin, turns
@@ -560,9 +561,8 @@ async def test_ls_since_until_and_metadata_filters(shared_backend: Any) -> None:
     old, new = new_id("old"), new_id("new")
     async with shared_backend.connect() as store:
         await store.merge_metadata(old, {"tier": 1, "team": "blue", "tags": ["a", "b"]})
-        await asyncio.sleep(0.05)
-        between = datetime.now(timezone.utc)
-        await asyncio.sleep(0.05)
+        between = await clock_tick()  # after old's stamp
+        await clock_tick()  # new's stamp is after between
         await store.merge_metadata(new, {"tier": "1", "team": "blue"})
 
     async def listed(*args: str) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from helpers import PYTHON, new_id, stable_id, subprocess_env
 from test_cli import Result, assert_one_line_error, ok, run, run_on_terminal
+from waiting import clock_tick
 
 import histstore
 from histstore import InvalidMessage, Message, admin
@@ -212,7 +213,7 @@ async def test_long_commands_end_with_one_timed_line(shared_backend: Any, tmp_pa
     async with shared_backend.connect() as st:
         for _ in range(3):
             await st.write(new_id("s"), [Message.user(f"m{i}") for i in range(4)])
-    await asyncio.sleep(0.01)
+    await clock_tick()  # idle for more than 0s, for the purge
     dump = str(tmp_path / "d.jsonl")
     expected = [
         (
@@ -301,7 +302,7 @@ async def test_reindex_and_purge_draw_progress_on_a_terminal(shared_backend: Any
     async with shared_backend.connect() as st:
         for _ in range(3):
             await st.write(new_id("t"), [Message.user(f"m{i}") for i in range(5)])
-    await asyncio.sleep(0.01)
+    await clock_tick()  # idle for more than 0s, for the purge
     reindexed = await _run_with_terminal_stderr("reindex", "--url", url)
     assert reindexed.code == 0, reindexed.err
     assert "reindex [" in reindexed.err

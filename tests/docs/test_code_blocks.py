@@ -1,5 +1,5 @@
-"""Every fenced block of README.md and docs/*.md is run (docs/deploying-postgres.md has its
-own test, ``test_docs_deploying``).
+"""Every fenced block of README.md, docs/*.md and bench/HISTORY.md is run
+(docs/deploying-postgres.md has its own test, ``test_docs_deploying``).
 
 Each page is split into fenced blocks; by the block's language:
 
@@ -45,6 +45,7 @@ OWN_TEST = {"deploying-postgres.md"}
 PAGES = [
     REPO / "README.md",
     *sorted(p for p in (REPO / "docs").glob("*.md") if p.name not in OWN_TEST),
+    REPO / "bench" / "HISTORY.md",
 ]
 LANGUAGES = ("python", "sh", "text")
 BIN = Path(sys.executable).parent

@@ -38,6 +38,7 @@ from llama_index.core.base.llms.types import ChatMessage
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 from sqlalchemy import make_url
 from sqlalchemy.exc import SAWarning
+from waiting import eventually
 
 import histstore
 from histstore.integrations.adk import HiststoreSessionService
@@ -329,10 +330,7 @@ def test_an_adapter_dropped_unclosed_releases_its_stores(
             await asyncio.to_thread(asyncio.run, kit.write(adapter, "g2"))  # a second loop
             del adapter
             gc.collect()
-            for _ in range(100):
-                if _open(shared_backend) == before:
-                    break
-                await asyncio.sleep(0.05)
+            await eventually(lambda: _open(shared_backend) == before, "its stores closed", within=5)
             return _open(shared_backend)
 
         assert asyncio.run(main()) == before

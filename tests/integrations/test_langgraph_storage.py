@@ -18,6 +18,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
 from langgraph.graph import START, MessagesState, StateGraph
 from sqlalchemy import bindparam, delete, func, insert, select, text, update
+from waiting import blocked_on_lock
 
 import histstore
 from histstore import SchemaError
@@ -247,8 +248,7 @@ async def test_a_put_waiting_for_the_thread_sees_the_delete_it_waited_for(shared
             for table in (_schema.checkpoint_channels, _schema.checkpoints, BLOBS):
                 await conn.execute(delete(table).where(table.c.thread_id == chat.thread))
             waiting = asyncio.create_task(chat.grow(1))
-            await asyncio.sleep(0.3)
-            assert not waiting.done()
+            await blocked_on_lock(waiting, shared_backend)
         await waiting
         assert [base is None for _, base, _ in await blob_rows(store, chat.thread)] == [True]
         got = await chat.saver.aget_tuple(chat.config())

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from helpers import new_id
+from waiting import clock_tick
 
 import histstore
 from histstore import InvalidId, InvalidMessage, Message, NotFound, Summary, admin
@@ -102,9 +102,8 @@ async def test_listing_pages_as_store_conversations_does(store: histstore.Store)
 async def test_since_and_until_bound_the_last_change(store: histstore.Store) -> None:
     old, new = new_id("old"), new_id("new")
     await store.write(old, [Message.user("1")])
-    await asyncio.sleep(0.02)
-    between = datetime.now(timezone.utc)
-    await asyncio.sleep(0.02)
+    between = await clock_tick()  # after old's stamp
+    await clock_tick()  # new's stamp is after between
     await store.write(new, [Message.user("2")])
 
     async def ids(**kw: datetime) -> list[str]:
@@ -123,7 +122,7 @@ async def test_since_and_until_bound_the_last_change(store: histstore.Store) -> 
 
 async def test_purge_candidates_are_what_purge_deletes(store: histstore.Store) -> None:
     ids = await _fill(store)
-    await asyncio.sleep(0.01)
+    await clock_tick()  # every conversation is idle for more than 0
     alice = store.scoped("alice")
     assert await admin.purge_candidates(store, idle_for=timedelta(days=1)) == []
     candidates = await admin.purge_candidates(alice, idle_for=timedelta(0))
@@ -160,7 +159,7 @@ async def test_purge_reports_progress_batch_by_batch(
     for cid in ids[:5]:
         await store.write(cid, [Message.user("hi")])
     await store.scoped("bob").write(ids[5], [Message.user("hi")])
-    await asyncio.sleep(0.01)
+    await clock_tick()  # every conversation is idle for more than 0
     calls: list[tuple[int, int]] = []
     bob = store.scoped("bob")
     assert await admin.purge(bob, idle_for=timedelta(0), progress=lambda *c: calls.append(c)) == 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
@@ -10,6 +9,7 @@ from typing import Any
 
 import pytest
 from helpers import new_id, snapshot, stable_id, user_msgs
+from waiting import clock_tick
 
 import histstore
 from histstore import ConflictError, InvalidId, InvalidMessage, Message, WriteError, WriteOutcome
@@ -376,7 +376,7 @@ async def test_conversations_order_by_created_and_updated(store: histstore.Store
     ids = ["c", "b", "a"]  # created in this order: the reverse of id order
     for i in ids:
         await store.write(i, user_msgs(1))
-        await asyncio.sleep(0.02)
+        await clock_tick()  # the next conversation is created later
     assert await store.conversations(order="created") == ["c", "b", "a"]
     assert await store.conversations(order="created", descending=True) == ["a", "b", "c"]
     assert await store.conversations(order="updated") == ["c", "b", "a"]

@@ -20,6 +20,7 @@ from helpers import PYTHON, new_id, subprocess_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
+from waiting import eventually
 
 from histstore import Message, Store
 from histstore._storage.search_index import PENDING_TABLE
@@ -77,11 +78,11 @@ async def test_a_crash_leaves_nothing_search_cannot_find(shared_backend: Backend
     # once it found what is listed (Postgres).
     async with shared_backend.connect() as store:
         assert [h.position for h in await store.search("again", conversation=c)] == [1]
-        for _ in range(200):
-            if not await listed(shared_backend):
-                break
-            await asyncio.sleep(0.05)
-        assert await listed(shared_backend) == 0
+
+        async def indexed() -> bool:
+            return await listed(shared_backend) == 0
+
+        await eventually(indexed, "the listed messages indexed")
 
 
 async def test_a_store_that_keeps_writing_indexes_the_list_as_it_goes(
@@ -96,11 +97,11 @@ async def test_a_store_that_keeps_writing_indexes_the_list_as_it_goes(
         for i in range(300):  # 300 writes, 1,200 messages
             await store.write(c, [{"role": "user", "content": f"heron {i}"}] * 4)
         total = 1_200 if shared_backend.name == "sqlite-file" else 300
-        for _ in range(200):
-            if await listed(shared_backend) < total:
-                break
-            await asyncio.sleep(0.05)
-        assert await listed(shared_backend) < total
+
+        async def some_indexed() -> bool:
+            return await listed(shared_backend) < total
+
+        await eventually(some_indexed, "some listed messages indexed while writing")
         assert len(await store.search("heron", conversation=c, limit=2_000)) == 1_200
     assert await listed(shared_backend) == 0
 

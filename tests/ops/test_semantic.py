@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from helpers import new_id
 from sqlalchemy import delete, select, update
+from waiting import blocked_on_lock
 
 import histstore
 from histstore import InvalidId, InvalidMessage, Message
@@ -181,8 +182,7 @@ async def test_a_delete_under_way_wins_over_the_vector(shared_backend: Any) -> N
             await conn.begin()
             await conn.execute(delete(m).where(m.c.conversation_id == c, m.c.position == 1))
             task = asyncio.create_task(SemanticIndex(store, Embedder(), model=MODEL).update())
-            await asyncio.sleep(0.5)
-            assert not task.done()  # it waits for the deleting transaction
+            await blocked_on_lock(task, shared_backend)  # it waits for the deleting transaction
             await conn.commit()
         assert await task == 1
         assert [p for _, p, _ in await vectors(store)] == [0]
