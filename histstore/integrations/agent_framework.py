@@ -84,6 +84,7 @@ class HiststoreHistoryProvider(HistoryProvider, _StoreAdapter):
     """
 
     DEFAULT_SOURCE_ID: Final = "histstore"
+    """The ``source_id`` the provider takes when none is given."""
 
     def __init__(
         self,

@@ -35,7 +35,7 @@ histstore's editable history: one change by ``REDACTION_AUTHOR`` replacing that 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from histstore import ConflictError, Entry, NotFound, Store
 
@@ -66,11 +66,16 @@ from ._strands_records import (
     session_from_list,
     to_session_message,
 )
-from ._strands_records import MESSAGE_TYPE as MESSAGE_TYPE
-from ._strands_records import REDACTION_AUTHOR as REDACTION_AUTHOR
+from ._strands_records import MESSAGE_TYPE as _MESSAGE_TYPE
+from ._strands_records import REDACTION_AUTHOR as _REDACTION_AUTHOR
 
 if TYPE_CHECKING:
     from strands.multiagent.base import MultiAgentBase
+
+MESSAGE_TYPE: Final = _MESSAGE_TYPE
+"""The ``type`` of the message that holds one ``SessionMessage`` (under ``session_message``)."""
+REDACTION_AUTHOR: Final = _REDACTION_AUTHOR
+"""The author of the change (and of the entry) an ``update_message`` makes."""
 
 __all__ = [
     "MESSAGE_TYPE",
@@ -405,6 +410,7 @@ class HiststoreSessionManager(RepositorySessionManager):
 
     def __init__(self, session_id: str, store: StoreTarget, **kwargs: Any) -> None:
         self.repository = HiststoreSessionRepository(store)
+        """The session repository this manager reads and writes through."""
         super().__init__(session_id=session_id, session_repository=self.repository, **kwargs)
 
     def close(self) -> None:
