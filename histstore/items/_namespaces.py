@@ -1,0 +1,96 @@
+"""Namespaces as stored (labels joined by ``.``), the ranges a prefix covers, and the
+walk over the distinct namespaces that lists them.
+
+A label holds no ``.`` (LangGraph refuses one), so the namespaces under a prefix ``P``
+are ``P`` itself and those in ``[P + ".", P + "/")`` (``/`` follows ``.``): one range of
+the items' primary key, whatever else the table holds. Namespaces are listed in the
+order of their text, which is the order of their labels except where a label holds a
+character below ``.`` (such as a space or ``-``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import ColumnElement, Select, and_, bindparam, func, literal, or_, select, true
+
+from .._storage import schema as s
+
+__all__ = ["MatchRule", "as_text", "from_text", "matches", "namespace_walk", "under"]
+
+MatchRule = tuple[str, tuple[str, ...]]
+"""A condition on a namespace: ``("prefix" | "suffix", labels)``, ``"*"`` any label."""
+
+SEPARATOR = "."
+_AFTER = "/"  # the character after the separator
+
+
+def as_text(namespace: Sequence[str]) -> str:
+    """The stored form of a namespace."""
+    return SEPARATOR.join(namespace)
+
+
+def from_text(stored: str) -> tuple[str, ...]:
+    """The namespace a stored form names."""
+    return tuple(stored.split(SEPARATOR))
+
+
+def under(column: ColumnElement[str], prefix: Sequence[str]) -> ColumnElement[bool]:
+    """The condition that ``column`` names ``prefix`` or a namespace below it."""
+    if not prefix:
+        return true()
+    text = as_text(prefix)
+    below = and_(column >= text + SEPARATOR, column < text + _AFTER)
+    return or_(column == text, below)
+
+
+def fixed_prefix(rules: Sequence[MatchRule]) -> tuple[str, ...]:
+    """The labels every listed namespace starts with: the longest run of labels before
+    a wildcard among the prefix rules."""
+    best: tuple[str, ...] = ()
+    for kind, labels in rules:
+        if kind != "prefix":
+            continue
+        run = labels[: labels.index("*")] if "*" in labels else labels
+        if len(run) > len(best):
+            best = run
+    return best
+
+
+def matches(namespace: tuple[str, ...], rules: Sequence[MatchRule]) -> bool:
+    """Whether ``namespace`` meets every rule."""
+    for kind, labels in rules:
+        if len(namespace) < len(labels):
+            return False
+        pairs = (
+            zip(namespace, labels, strict=False)
+            if kind == "prefix"
+            else zip(reversed(namespace), reversed(labels), strict=False)
+        )
+        if any(p != "*" and n != p for n, p in pairs):
+            return False
+    return True
+
+
+def namespace_walk(prefix: Sequence[str]) -> Select[Any]:
+    """The distinct namespaces under ``prefix`` from ``start`` on (inclusive), in order,
+    at most ``page`` of them: a recursive walk where each step is one probe of the
+    primary key for the next namespace (however many items each holds).
+
+    Parameters: ``start`` (text), ``page`` (int).
+    """
+    i = s.items
+    scope = under(i.c.namespace, prefix)
+    first = select(func.min(i.c.namespace).label("ns"), literal(1).label("n")).where(
+        scope, i.c.namespace >= bindparam("start")
+    )
+    walk = first.cte("histstore_namespace_walk", recursive=True)
+    following = (
+        select(func.min(i.c.namespace)).where(scope, i.c.namespace > walk.c.ns).scalar_subquery()
+    )
+    step = select(following, walk.c.n + 1).where(
+        walk.c.ns.is_not(None), walk.c.n < bindparam("page")
+    )
+    walk = walk.union_all(step)
+    return select(walk.c.ns).where(walk.c.ns.is_not(None)).order_by(walk.c.ns)
