@@ -22,8 +22,9 @@ histstore's migrations (``histstore.items``). Semantics beyond ``BaseStore``'s d
   objects, lists) and run in SQL.
 - TTL (minutes): an expired item is gone for every read at once; ``sweep_ttl`` (or the
   sweeper ``start_ttl_sweeper`` runs) deletes expired items. A read refreshes the
-  expiry of the items it returns unless ``refresh_ttl=False`` (or the ``ttl`` config's
-  ``refresh_on_read`` is false).
+  expiry of the items it returns (in the batch's write transaction) unless its
+  ``refresh_ttl`` is false (``get``/``search`` default to the ``ttl`` config's
+  ``refresh_on_read``, itself true by default).
 """
 
 from __future__ import annotations
@@ -199,8 +200,6 @@ class HiststoreMemoryStore(BridgedAdapter, BaseStore):
                 )
         puts = [op for op in ops if isinstance(op, PutOp)]
         if puts or refresh:
-            if not _refreshes(self.ttl_config):
-                refresh.clear()
             writes = await self._writes(puts)
             await items.write(writes, [(ns, k, ttl) for (ns, k), ttl in refresh.items()])
         return results
@@ -255,10 +254,6 @@ def _validate(ops: list[Op]) -> None:
 def _paths(fields: Sequence[str]) -> list[tuple[str, str | list[str]]]:
     """Each field with what ``get_text_at_path`` takes: ``"$"`` (the whole value) as it is."""
     return [(f, f if f == "$" else tokenize_path(f)) for f in fields]
-
-
-def _refreshes(config: TTLConfig | None) -> bool:
-    return config is None or config.get("refresh_on_read", True)
 
 
 def _item(stored: StoredItem) -> Item:

@@ -104,7 +104,8 @@ class ItemStore:
 
         if not pairs:
             return {}
-        return await self._executor.run(work, mode="snapshot", action="reading items")
+        mode: Any = "read" if len(pairs) <= _CHUNK else "snapshot"  # one statement: atomic
+        return await self._executor.run(work, mode=mode, action="reading items")
 
     async def search(
         self,
@@ -199,7 +200,7 @@ class ItemStore:
         offset: int = 0,
     ) -> list[tuple[str, ...]]:
         """The namespaces holding items that meet every rule, cut to ``max_depth``
-        labels (deduplicated), in the order of their text, ``offset`` skipped.
+        labels (each once), in the order of their (uncut) text, ``offset`` skipped.
 
         The labels before a wildcard of the prefix rules pick the range read; the walk
         probes the primary key once per namespace in it (``_namespaces.namespace_walk``),
@@ -209,6 +210,7 @@ class ItemStore:
         walk = namespace_walk(fixed)
         wanted = max(0, offset) + max(0, limit)
         out: list[tuple[str, ...]] = []
+        seen: set[tuple[str, ...]] = set()
         start = as_text(fixed)
         while len(out) < wanted:
             params = {"start": start, "page": _WALK_PAGE}
@@ -230,12 +232,13 @@ class ItemStore:
                 if max_depth is not None and len(namespace) > max_depth:
                     namespace = namespace[:max_depth]
                     cursor = as_text(namespace) + "/"
-                if not out or out[-1] != namespace:
+                if namespace not in seen:  # cut, it may follow a label sorting before "."
+                    seen.add(namespace)
                     out.append(namespace)
                 if len(out) >= wanted:
                     break
             assert cursor is not None
-            if len(page) < _WALK_PAGE and cursor <= page[-1] + "\x01":
+            if len(page) < _WALK_PAGE:  # the walk reached the end of the range
                 break
             start = cursor
         return out[max(0, offset) : wanted]
@@ -310,19 +313,22 @@ class ItemStore:
                         f"stored embeddings have {len(first[0]) // 4} dimensions,"
                         f" not {next(iter(widths)) // 4}"
                     )
-            for start in range(0, len(touched), _CHUNK):
-                chunk = touched[start : start + _CHUNK]
-                await conn.execute(delete(v).where(tuple_(v.c.namespace, v.c.key).in_(chunk)))
-                gone = [k for k in chunk if last[k].value is None]
-                if gone:
-                    await conn.execute(delete(i).where(tuple_(i.c.namespace, i.c.key).in_(gone)))
+            # Each item's row first, in key order: on Postgres that locks it (a write
+            # of the same item waits), so its vectors are then replaced by one writer.
+            gone = sorted(k for k in touched if last[k].value is None)
+            for start in range(0, len(gone), _CHUNK):
+                chunk = gone[start : start + _CHUNK]
+                await conn.execute(delete(i).where(tuple_(i.c.namespace, i.c.key).in_(chunk)))
             if rows:
                 upsert = _dialects.insert(dialect, i)
                 kept = {c: upsert.excluded[c] for c in ("value", "updated_at", "ttl", "expires_at")}
                 await conn.execute(
                     upsert.on_conflict_do_update(index_elements=["namespace", "key"], set_=kept),
-                    rows,
+                    sorted(rows, key=lambda r: (r["namespace"], r["key"])),
                 )
+            for start in range(0, len(touched), _CHUNK):
+                chunk = touched[start : start + _CHUNK]
+                await conn.execute(delete(v).where(tuple_(v.c.namespace, v.c.key).in_(chunk)))
             if vectors:
                 await conn.execute(v.insert(), vectors)
             if renew:

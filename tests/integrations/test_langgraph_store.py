@@ -508,3 +508,42 @@ def test_import_without_langgraph_names_the_extra():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode != 0
     assert "pip install 'histstore[langgraph]'" in proc.stderr
+
+
+async def test_listing_pages_through_many_namespaces_as_in_memory_store(store):
+    """More namespaces than one step of the walk reads, cut and filtered."""
+    ours, theirs = HiststoreMemoryStore(store), InMemoryStore()
+    ops: list[Any] = [
+        PutOp(("org", f"team{t:02}", f"user{u:02}"), "k", {"v": u})
+        for t in range(30)
+        for u in range(8)
+    ]
+    ops += [PutOp(("org", f"team{t:02}"), "root", {"v": 0}) for t in range(0, 30, 3)]
+    await ours.abatch(ops)
+    await theirs.abatch(ops)
+    for listing in [
+        {"limit": 500},
+        {"prefix": ("org",), "max_depth": 2, "limit": 500},
+        {"max_depth": 2, "limit": 7, "offset": 13},
+        {"suffix": ("user03",), "limit": 500},
+        {"prefix": ("org", "*", "user07"), "limit": 5, "offset": 20},
+        {"prefix": ("org", "team29"), "max_depth": 3, "limit": 500},
+    ]:
+        assert await ours.alist_namespaces(**listing) == await theirs.alist_namespaces(**listing), (
+            listing
+        )
+    # A label sorting before "." beside a shorter one: each cut namespace listed once.
+    await ours.aput(("a",), "k", {"v": 1})
+    await ours.aput(("a-b",), "k", {"v": 1})
+    await ours.aput(("a", "x"), "k", {"v": 1})
+    assert await ours.alist_namespaces(max_depth=1, limit=5) == [("a",), ("a-b",), ("org",)]
+
+
+async def test_concurrent_writes_of_one_item_keep_one_value_with_its_vectors(store):
+    memories = HiststoreMemoryStore(store, index={**INDEX, "fields": ["notes[*]"]})
+    values = [{"notes": ["cat"] * (n % 3 + 1), "n": n} for n in range(12)]
+    await asyncio.gather(*(memories.aput(("race",), "k", v) for v in values))
+    item = await memories.aget(("race",), "k")
+    assert item is not None
+    assert item.value in values
+    assert await count(store, _schema.item_vectors) == len(item.value["notes"])
