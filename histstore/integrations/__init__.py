@@ -8,6 +8,8 @@
   ``BaseSessionService`` (``pip install 'histstore[adk]'``).
 - ``histstore.integrations.pydantic_ai.HiststoreMessageHistory``: a Pydantic AI
   message history (``pip install 'histstore[pydantic-ai]'``).
+- ``histstore.integrations.langgraph_store.HiststoreMemoryStore``: LangGraph's long-term
+  memory ``BaseStore`` (``pip install 'histstore[langgraph]'``).
 
 Each adapter takes a ``Store`` (borrowed: the adapter never closes it) or anything
 ``histstore.connect()`` accepts (owned: opened on first use with ``connect()``'s
