@@ -76,6 +76,8 @@ ITEMS: list[tuple[tuple[str, ...], str, dict[str, Any]]] = [
     (("docs", "v1"), "a", {"text": "x", "n": 6, "kind": "guide"}),
     (("docs", "v2", "drafts"), "b", {"text": "y", "n": 7, "kind": "note"}),
     (("docs", "v2"), "c", {"text": "z", "n": -1, "kind": "guide", "on": 1}),
+    (("tenant", "a_%"), "k", {"text": "pattern characters are plain", "n": 8}),
+    (("tenant", "abc%"), "k", {"text": "not under a_%", "n": 9}),
 ]
 
 SEARCHES: list[tuple[tuple[str, ...], dict[str, Any] | None]] = [
@@ -84,6 +86,8 @@ SEARCHES: list[tuple[tuple[str, ...], dict[str, Any] | None]] = [
     (("users", "ann"), None),
     (("user",), None),
     (("users", "ann", "prefs"), None),
+    (("tenant", "a_%"), None),
+    (("tenant", "a"), None),
     ((), {"n": 3}),
     ((), {"n": 2.5}),
     ((), {"n": {"$gt": 2}}),
@@ -114,6 +118,8 @@ LISTINGS: list[dict[str, Any]] = [
     {"limit": 2, "offset": 1},
     {"max_depth": 2, "limit": 3, "offset": 2},
     {"prefix": ("nothing",)},
+    {"prefix": ("tenant", "a_%")},
+    {"suffix": ("a_%",)},
 ]
 
 
@@ -399,14 +405,13 @@ async def test_a_sync_program_owns_its_store(shared_backend):
 # ---------------------------------------------------------------------- rules
 
 
-async def test_sync_methods_refuse_a_running_loop_and_closed_stores(store):
-    memories = HiststoreMemoryStore(store)
-    with pytest.raises(RuntimeError, match=r"store\.abatch"):
-        memories.get(("a",), "k")
+async def test_a_closed_owned_store_refuses_calls():
     owned = HiststoreMemoryStore("sqlite://")
+    assert await owned.aget(("a",), "k") is None
     await owned.aclose()
     with pytest.raises(HistStoreError, match="closed"):
         await owned.aget(("a",), "k")
+    await owned.aclose()  # idempotent
 
 
 async def test_bad_input_gets_typed_errors_and_writes_nothing(store):
