@@ -10,6 +10,7 @@ vectors; this package keeps rows, JSON text and vectors.
 from __future__ import annotations
 
 from ._namespaces import MatchRule
-from ._store import ItemStore, ItemWrite, StoredItem
+from ._records import ItemWrite, StoredItem
+from ._store import ItemStore
 
 __all__ = ["ItemStore", "ItemWrite", "MatchRule", "StoredItem"]

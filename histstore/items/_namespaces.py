@@ -13,11 +13,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, and_, bindparam, func, literal, or_, select, true
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Select,
+    Text,
+    and_,
+    bindparam,
+    func,
+    literal,
+    or_,
+    select,
+    true,
+)
 
 from .._storage import schema as s
 
-__all__ = ["MatchRule", "as_text", "from_text", "matches", "namespace_walk", "under"]
+__all__ = [
+    "MatchRule",
+    "as_text",
+    "from_text",
+    "matches",
+    "namespace_walk",
+    "range_params",
+    "under_bound",
+]
 
 MatchRule = tuple[str, tuple[str, ...]]
 """A condition on a namespace: ``("prefix" | "suffix", labels)``, ``"*"`` any label."""
@@ -36,13 +56,19 @@ def from_text(stored: str) -> tuple[str, ...]:
     return tuple(stored.split(SEPARATOR))
 
 
-def under(column: ColumnElement[str], prefix: Sequence[str]) -> ColumnElement[bool]:
-    """The condition that ``column`` names ``prefix`` or a namespace below it."""
-    if not prefix:
-        return true()
+def under_bound(column: ColumnElement[str]) -> ColumnElement[bool]:
+    """The condition that ``column`` names the prefix of ``range_params`` (parameters
+    ``lo``, ``hi``, ``below``) or a namespace below it: one range of the primary key
+    ([P, P + "/")), then what in it is not P or below it (P followed by a character
+    before ".", such as "P-x")."""
+    lo, hi, below = (bindparam(name, type_=Text) for name in ("lo", "hi", "below"))
+    return and_(column >= lo, column < hi, or_(column == lo, column >= below))
+
+
+def range_params(prefix: Sequence[str]) -> dict[str, str]:
+    """The parameters of ``under_bound`` for a non-empty ``prefix``."""
     text = as_text(prefix)
-    below = and_(column >= text + SEPARATOR, column < text + _AFTER)
-    return or_(column == text, below)
+    return {"lo": text, "hi": text + _AFTER, "below": text + SEPARATOR}
 
 
 def fixed_prefix(rules: Sequence[MatchRule]) -> tuple[str, ...]:
@@ -73,24 +99,25 @@ def matches(namespace: tuple[str, ...], rules: Sequence[MatchRule]) -> bool:
     return True
 
 
-def namespace_walk(prefix: Sequence[str]) -> Select[Any]:
-    """The distinct namespaces under ``prefix`` from ``start`` on (inclusive), in order,
-    at most ``page`` of them: a recursive walk where each step is one probe of the
-    primary key for the next namespace (however many items each holds).
+def namespace_walk(bounded: bool) -> Select[Any]:
+    """The distinct namespaces (``bounded``: under the prefix of ``range_params``) from
+    ``start`` on (inclusive), in order, at most ``page`` of them: a recursive walk where
+    each step is one probe of the primary key for the next namespace (however many items
+    each holds).
 
-    Parameters: ``start`` (text), ``page`` (int).
+    Parameters: ``start`` (text), ``page`` (int), and ``range_params``' when bounded.
     """
     i = s.items
-    scope = under(i.c.namespace, prefix)
+    scope = under_bound(i.c.namespace) if bounded else true()
     first = select(func.min(i.c.namespace).label("ns"), literal(1).label("n")).where(
-        scope, i.c.namespace >= bindparam("start")
+        scope, i.c.namespace >= bindparam("start", type_=Text)
     )
     walk = first.cte("histstore_namespace_walk", recursive=True)
     following = (
         select(func.min(i.c.namespace)).where(scope, i.c.namespace > walk.c.ns).scalar_subquery()
     )
     step = select(following, walk.c.n + 1).where(
-        walk.c.ns.is_not(None), walk.c.n < bindparam("page")
+        walk.c.ns.is_not(None), walk.c.n < bindparam("page", type_=Integer)
     )
     walk = walk.union_all(step)
     return select(walk.c.ns).where(walk.c.ns.is_not(None)).order_by(walk.c.ns)

@@ -8,21 +8,30 @@ import json
 import operator
 import sys
 from array import array
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, and_, bindparam, delete, or_, select, tuple_, update
+from sqlalchemy import ColumnElement, Integer, and_, bindparam, delete, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._core import codec as _codec
 from .._errors import InvalidMessage
 from .._ops.semantic import unit_vector, vector_bytes
 from .._storage import schema as s
-from .._storage.statements import dialects as _dialects
+from .._storage.drivers import EXECUTE_MANY, FETCH, CompiledStatement, Program
 from ._filters import filter_condition
-from ._namespaces import MatchRule, as_text, fixed_prefix, from_text, matches, namespace_walk, under
+from ._namespaces import (
+    MatchRule,
+    as_text,
+    fixed_prefix,
+    from_text,
+    matches,
+    range_params,
+    under_bound,
+)
+from ._records import ItemWrite, StoredItem
+from ._statements import ItemStatements, item_columns
 
 if TYPE_CHECKING:
     from .._store import Store
@@ -30,36 +39,10 @@ if TYPE_CHECKING:
 __all__ = ["ItemStore", "ItemWrite", "StoredItem"]
 
 _CHUNK = 400  # keys per IN list
+_FILTER_SHAPES = 128  # filtered searches kept compiled (by shape), per store
 _WALK_PAGE = 100  # namespaces per step of a listing
 _OFF_LOOP = 2000  # rank this many vectors or more in a worker thread
 _LITTLE = sys.byteorder == "little"
-
-
-@dataclass(frozen=True)
-class StoredItem:
-    """An item as stored; ``score`` is its similarity to a search's query (else ``None``);
-    ``ttl`` its time to live in minutes (``None``: it never expires)."""
-
-    namespace: tuple[str, ...]
-    key: str
-    value: dict[str, Any]
-    created_at: datetime
-    updated_at: datetime
-    ttl: float | None = None
-    score: float | None = None
-
-
-@dataclass(frozen=True)
-class ItemWrite:
-    """Store ``value`` at (``namespace``, ``key``) with these ``vectors`` (field, vector),
-    replacing any item and vectors there; ``value=None`` deletes the item. ``ttl`` in
-    minutes (``None``: never expires)."""
-
-    namespace: tuple[str, ...]
-    key: str
-    value: Mapping[str, Any] | None
-    ttl: float | None = None
-    vectors: Sequence[tuple[str, Sequence[float]]] = ()
 
 
 class ItemStore:
@@ -83,29 +66,24 @@ class ItemStore:
             )
         self._executor = store.internals.executor
         self._dialect = store.engine.dialect
+        self._sql = ItemStatements(self._executor, self._dialect)
+        self._filtered: dict[tuple[bool, Hashable], CompiledStatement] = {}
 
     # ------------------------------------------------------------------ reads
 
     async def get(self, keys: Sequence[tuple[tuple[str, ...], str]]) -> dict[Any, StoredItem]:
-        """The unexpired items at these (namespace, key) pairs, by pair (one snapshot)."""
-        pairs = list(dict.fromkeys((as_text(ns), k) for ns, k in keys))
-        i = s.items
+        """The unexpired items at these (namespace, key) pairs, by pair: a primary-key
+        lookup each (one statement per pair)."""
+        found: dict[Any, StoredItem] = {}
         now = _now()
-
-        async def work(conn: AsyncConnection) -> dict[Any, StoredItem]:
-            found: dict[Any, StoredItem] = {}
-            for start in range(0, len(pairs), _CHUNK):
-                chunk = pairs[start : start + _CHUNK]
-                stmt = _item_columns().where(tuple_(i.c.namespace, i.c.key).in_(chunk), _alive(now))
-                for row in await conn.execute(stmt):
-                    item = _item(row)
-                    found[item.namespace, item.key] = item
-            return found
-
-        if not pairs:
-            return {}
-        mode: Any = "read" if len(pairs) <= _CHUNK else "snapshot"  # one statement: atomic
-        return await self._executor.run(work, mode=mode, action="reading items")
+        for ns, key in dict.fromkeys((tuple(ns), k) for ns, k in keys):
+            params = {"n": as_text(ns), "k": key, "now": now}
+            rows = await self._executor.fetch(
+                self._sql.get, params, action="reading an item", inline=True
+            )
+            for row in rows:
+                found[ns, key] = self._sql.item(row)
+        return found
 
     async def search(
         self,
@@ -121,19 +99,31 @@ class ItemStore:
         Raises:
             ValueError: a malformed filter.
         """
-        i = s.items
-        stmt = (
-            _item_columns()
-            .where(*self._conditions(prefix, where, _now()))
-            .order_by(i.c.updated_at.desc(), i.c.namespace, i.c.key)
-            .limit(max(0, limit))
-            .offset(max(0, offset))
-        )
-
-        async def work(conn: AsyncConnection) -> list[StoredItem]:
-            return [_item(row) for row in await conn.execute(stmt)]
-
-        return await self._executor.run(work, mode="read", action="searching items")
+        sql = self._sql
+        params: dict[str, Any] = {"limit": max(0, limit), "offset": max(0, offset)}
+        if not where:
+            stmt = sql.recent if prefix else sql.recent_all
+            params |= {"now": _now(), **(range_params(prefix) if prefix else {})}
+        else:
+            conditions, bound, shape = self._conditions(prefix, where)
+            params |= bound
+            cached = self._filtered.get((bool(prefix), shape))
+            if cached is not None:
+                stmt = cached
+            else:
+                i = s.items
+                newest = (
+                    item_columns()
+                    .where(*conditions)
+                    .order_by(i.c.updated_at.desc(), i.c.namespace, i.c.key)
+                    .limit(bindparam("limit", type_=Integer))
+                    .offset(bindparam("offset", type_=Integer))
+                )
+                if len(self._filtered) >= _FILTER_SHAPES:
+                    self._filtered.clear()
+                stmt = self._filtered[bool(prefix), shape] = self._executor.compile(newest)
+        rows = await self._executor.fetch(stmt, params, action="searching items")
+        return [sql.item(row) for row in rows]
 
     async def search_vectors(
         self,
@@ -156,16 +146,14 @@ class ItemStore:
         probe = array("d", unit_vector(query))
         i, v = s.items, s.item_vectors
         joined = v.join(i, and_(i.c.namespace == v.c.namespace, i.c.key == v.c.key))
-        now = _now()
+        conditions, params, _ = self._conditions(prefix, where)
         candidates = (
-            select(v.c.namespace, v.c.key, v.c.vector)
-            .select_from(joined)
-            .where(*self._conditions(prefix, where, now))
+            select(v.c.namespace, v.c.key, v.c.vector).select_from(joined).where(*conditions)
         )
         top = max(0, offset) + max(0, limit)
 
         async def work(conn: AsyncConnection) -> list[StoredItem]:
-            rows = (await conn.execute(candidates)).all()
+            rows = (await conn.execute(candidates, params)).all()
             if top == 0 or not rows:
                 return []
             if len(rows) >= _OFF_LOOP:
@@ -176,7 +164,7 @@ class ItemStore:
             keys = [(ns, k) for _, ns, k in best]
             found: dict[Any, StoredItem] = {}
             for start in range(0, len(keys), _CHUNK):
-                stmt = _item_columns().where(
+                stmt = item_columns().where(
                     tuple_(i.c.namespace, i.c.key).in_(keys[start : start + _CHUNK])
                 )
                 for row in await conn.execute(stmt):
@@ -207,18 +195,17 @@ class ItemStore:
         and past a namespace cut to ``max_depth`` it jumps over those sharing that cut.
         """
         fixed = fixed_prefix(rules)
-        walk = namespace_walk(fixed)
+        sql = self._sql
+        walk = sql.walk if fixed else sql.walk_all
         wanted = max(0, offset) + max(0, limit)
         out: list[tuple[str, ...]] = []
         seen: set[tuple[str, ...]] = set()
-        start = as_text(fixed)
+        params: dict[str, Any] = {"start": as_text(fixed), "page": _WALK_PAGE}
+        if fixed:
+            params |= range_params(fixed)
         while len(out) < wanted:
-            params = {"start": start, "page": _WALK_PAGE}
-            page = await self._executor.run(
-                lambda conn, p=params: _scalars(conn, walk, p),  # type: ignore[misc]
-                mode="read",
-                action="listing namespaces",
-            )
+            rows = await self._executor.fetch(walk, params, action="listing namespaces")
+            page = [str(r[0]) for r in rows]
             if not page:
                 break
             cursor = None
@@ -240,7 +227,7 @@ class ItemStore:
             assert cursor is not None
             if len(page) < _WALK_PAGE:  # the walk reached the end of the range
                 break
-            start = cursor
+            params["start"] = cursor
         return out[max(0, offset) : wanted]
 
     # ------------------------------------------------------------------ writes
@@ -301,50 +288,38 @@ class ItemStore:
             for ns, key, ttl in refresh
             if (as_text(ns), key) not in last
         ]
-        i, v = s.items, s.item_vectors
-        dialect = self._dialect
+        sql = self._sql
 
-        async def work(conn: AsyncConnection) -> None:
+        def program() -> Program[None]:
             if widths:
-                stored = await conn.execute(select(v.c.vector).limit(1))
-                first = stored.first()
-                if first is not None and len(first[0]) not in widths:
+                stored = yield FETCH, sql.any_vector, {}
+                if stored and len(stored[0][0]) not in widths:
                     raise InvalidMessage(
-                        f"stored embeddings have {len(first[0]) // 4} dimensions,"
+                        f"stored embeddings have {len(stored[0][0]) // 4} dimensions,"
                         f" not {next(iter(widths)) // 4}"
                     )
             # Each item's row first, in key order: on Postgres that locks it (a write
             # of the same item waits), so its vectors are then replaced by one writer.
-            gone = sorted(k for k in touched if last[k].value is None)
-            for start in range(0, len(gone), _CHUNK):
-                chunk = gone[start : start + _CHUNK]
-                await conn.execute(delete(i).where(tuple_(i.c.namespace, i.c.key).in_(chunk)))
+            gone = [{"n": n, "k": k} for n, k in sorted(touched) if last[n, k].value is None]
+            if gone:
+                yield EXECUTE_MANY, sql.delete, gone
             if rows:
-                upsert = _dialects.insert(dialect, i)
-                kept = {c: upsert.excluded[c] for c in ("value", "updated_at", "ttl", "expires_at")}
-                await conn.execute(
-                    upsert.on_conflict_do_update(index_elements=["namespace", "key"], set_=kept),
+                yield (
+                    EXECUTE_MANY,
+                    sql.upsert,
                     sorted(rows, key=lambda r: (r["namespace"], r["key"])),
                 )
-            for start in range(0, len(touched), _CHUNK):
-                chunk = touched[start : start + _CHUNK]
-                await conn.execute(delete(v).where(tuple_(v.c.namespace, v.c.key).in_(chunk)))
+            yield EXECUTE_MANY, sql.delete_vectors, [{"n": n, "k": k} for n, k in touched]
             if vectors:
-                await conn.execute(v.insert(), vectors)
+                yield EXECUTE_MANY, sql.insert_vector, vectors
             if renew:
-                stmt = (
-                    update(i)
-                    .where(
-                        i.c.namespace == bindparam("n"),
-                        i.c.key == bindparam("k"),
-                        i.c.ttl.is_not(None),
-                    )
-                    .values(expires_at=bindparam("e"))
-                )
-                await conn.execute(stmt, renew)
+                yield EXECUTE_MANY, sql.renew, renew
+            return None
 
-        if rows or touched or renew:
-            await self._executor.run(work, mode="write", action="writing items")
+        if touched:
+            await self._executor.write(program(), action="writing items", lists=0)
+        elif renew:
+            await self._executor.write(program(), action="refreshing items", lists=0, short=True)
 
     async def sweep(self) -> int:
         """Delete the items whose time to live has run out (with their vectors); returns
@@ -366,22 +341,27 @@ class ItemStore:
         return await self._executor.run(work, mode="write", action="sweeping items")
 
     def _conditions(
-        self, prefix: Sequence[str], where: Mapping[str, Any] | None, now: datetime
-    ) -> list[ColumnElement[bool]]:
+        self, prefix: Sequence[str], where: Mapping[str, Any] | None
+    ) -> tuple[list[ColumnElement[bool]], dict[str, Any], Hashable]:
+        """What an item under ``prefix`` that is alive and matches ``where`` meets, the
+        parameters of those conditions, and the shape of the filter (see ``_filters``)."""
         i = s.items
-        found = [under(i.c.namespace, prefix), _alive(now)]
+        params: dict[str, Any] = {"now": _now()}
+        now = bindparam("now", type_=i.c.expires_at.type)
+        found = [or_(i.c.expires_at.is_(None), i.c.expires_at > now)]
+        if prefix:
+            found.append(under_bound(i.c.namespace))
+            params |= range_params(prefix)
+        shape: Hashable = ()
         if where:
-            found.append(filter_condition(self._dialect, i.c.value, where))
-        return found
+            condition, bound, shape = filter_condition(self._dialect, i.c.value, where)
+            found.append(condition)
+            params |= bound
+        return found, params, shape
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def _alive(now: datetime) -> ColumnElement[bool]:
-    i = s.items
-    return or_(i.c.expires_at.is_(None), i.c.expires_at > now)
 
 
 def _ttl(ttl: float | None) -> float | None:
@@ -392,12 +372,8 @@ def _ttl(ttl: float | None) -> float | None:
     return float(ttl)
 
 
-def _item_columns() -> Any:
-    i = s.items
-    return select(i.c.namespace, i.c.key, i.c.value, i.c.created_at, i.c.updated_at, i.c.ttl)
-
-
 def _item(row: Any) -> StoredItem:
+    """The item in a row of ``item_columns`` SQLAlchemy read (its types applied)."""
     return StoredItem(
         namespace=from_text(row[0]),
         key=row[1],
@@ -412,10 +388,6 @@ def _scored(item: StoredItem, score: float) -> StoredItem:
     return StoredItem(
         item.namespace, item.key, item.value, item.created_at, item.updated_at, item.ttl, score
     )
-
-
-async def _scalars(conn: AsyncConnection, stmt: Any, params: dict[str, Any]) -> list[str]:
-    return [str(r[0]) for r in await conn.execute(stmt, params)]
 
 
 def _rank(probe: array[float], rows: Iterable[Any], k: int) -> list[tuple[float, str, str]]:

@@ -35,6 +35,7 @@ import histstore
 from histstore import HistStoreError, InvalidMessage
 from histstore._storage import schema as _schema
 from histstore.integrations.langgraph_store import HiststoreMemoryStore
+from histstore.items import _statements as _item_statements
 from histstore.items import _store as _item_store
 
 THREAD = "histstore-langgraph-store"
@@ -442,9 +443,10 @@ async def test_prefix_reads_are_served_by_the_primary_key(store):
     memories = HiststoreMemoryStore(store)
     await fill(memories)
     items = _item_store.ItemStore(store)
+    conditions, params, _ = items._conditions(("users", "ann"), {"n": 1})
     search = (
-        _item_store._item_columns()
-        .where(*items._conditions(("users", "ann"), {"n": 1}, datetime.now(timezone.utc)))
+        _item_statements.item_columns()
+        .where(*conditions)
         .order_by(_schema.items.c.updated_at.desc())
     )
     sqlite = store.engine.dialect.name == "sqlite"
@@ -458,7 +460,7 @@ async def test_prefix_reads_are_served_by_the_primary_key(store):
             await conn.execute(text("SET enable_seqscan = off"))  # a tiny table: ask plainly
         event.listen(engine, "before_cursor_execute", explain, retval=True)
         try:
-            result = await conn.execute(search)
+            result = await conn.execute(search, params)
             plan = " ".join(str(r[-1]) for r in result.cursor.fetchall())
         finally:
             event.remove(engine, "before_cursor_execute", explain)

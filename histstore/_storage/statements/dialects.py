@@ -269,8 +269,8 @@ def json_at(
         return kind == "object"
     found = {
         "string": (kind == "text", func.json_extract(column, spot)),
-        "number": (kind.in_(("integer", "real")), func.json_extract(column, spot)),
-        "boolean": (kind.in_(("true", "false")), func.json_extract(column, spot)),
+        "number": ((kind == "integer") | (kind == "real"), func.json_extract(column, spot)),
+        "boolean": ((kind == "true") | (kind == "false"), func.json_extract(column, spot)),
         "length": (kind == "array", func.json_array_length(column, spot)),
     }[part]
     return case(found, else_=None)
