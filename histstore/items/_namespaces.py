@@ -100,15 +100,20 @@ def matches(namespace: tuple[str, ...], rules: Sequence[MatchRule]) -> bool:
 
 
 def namespace_walk(bounded: bool) -> Select[Any]:
-    """The distinct namespaces (``bounded``: under the prefix of ``range_params``) from
-    ``start`` on (inclusive), in order, at most ``page`` of them: a recursive walk where
-    each step is one probe of the primary key for the next namespace (however many items
-    each holds).
+    """The distinct namespaces from ``start`` on (inclusive; ``bounded``: below the end
+    ``hi`` of the range of ``range_params``, which also holds ``P-x`` beside ``P`` and
+    ``P.x``), in order, at most ``page`` of them: a recursive walk where each step is one
+    probe of the primary key for the next namespace (however many items each holds).
 
-    Parameters: ``start`` (text), ``page`` (int), and ``range_params``' when bounded.
+    Parameters: ``start`` (text, at or past the prefix), ``page`` (int), ``hi`` when
+    bounded.
     """
     i = s.items
-    scope = under_bound(i.c.namespace) if bounded else true()
+    # Below P + "/" only: each step's lower bound is where it starts (at or past P), so
+    # a probe is one seek of the index (SQLite uses one lower bound of a range, so a
+    # second, P itself, would make it read from P on). What the range holds that is not
+    # under P (P followed by a character before ".") is left to the caller.
+    scope = i.c.namespace < bindparam("hi", type_=Text) if bounded else true()
     first = select(func.min(i.c.namespace).label("ns"), literal(1).label("n")).where(
         scope, i.c.namespace >= bindparam("start", type_=Text)
     )

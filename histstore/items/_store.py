@@ -202,7 +202,7 @@ class ItemStore:
         seen: set[tuple[str, ...]] = set()
         params: dict[str, Any] = {"start": as_text(fixed), "page": _WALK_PAGE}
         if fixed:
-            params |= range_params(fixed)
+            params["hi"] = range_params(fixed)["hi"]
         while len(out) < wanted:
             rows = await self._executor.fetch(walk, params, action="listing namespaces")
             page = [str(r[0]) for r in rows]
@@ -214,7 +214,7 @@ class ItemStore:
                     continue
                 namespace = from_text(stored)
                 cursor = stored + "\x01"
-                if not matches(namespace, rules):
+                if namespace[: len(fixed)] != fixed or not matches(namespace, rules):
                     continue
                 if max_depth is not None and len(namespace) > max_depth:
                     namespace = namespace[:max_depth]
