@@ -113,7 +113,7 @@ def main() -> int:
     async def postgres() -> dict[str, Any]:
         from langgraph.store.postgres.aio import AsyncPostgresStore
 
-        async with pg_databases(args.pg_url, ["ours", "theirs"]) as urls:
+        async with pg_databases(args.pg_url, ["ours", "theirs"]) as urls:  # noqa: SIM117 - the URLs come first
             async with (
                 AsyncPostgresStore.from_conn_string(urls["theirs"]) as theirs,
                 histstore.connect(urls["ours"], migrate=True) as store,
