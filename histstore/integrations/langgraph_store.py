@@ -167,6 +167,13 @@ class HiststoreMemoryStore(BridgedAdapter, BaseStore):
         await self.stop_ttl_sweeper()
         await super().aclose()
 
+    def close(self) -> None:
+        """Sync ``aclose``: the sweeper is cancelled on its loop, without waiting."""
+        task, self._sweeper = self._sweeper, None
+        if task is not None and not task.done() and not task.get_loop().is_closed():
+            task.get_loop().call_soon_threadsafe(task.cancel)
+        super().close()
+
     def __repr__(self) -> str:
         owned = "owned store" if self._handle.owned else "store"
         return f"HiststoreMemoryStore({owned})"

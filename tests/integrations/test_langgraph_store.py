@@ -322,6 +322,10 @@ async def test_the_ttl_sweeper_runs_until_stopped(store, monkeypatch):
     await asyncio.wait_for(swept.wait(), 10)
     assert await memories.stop_ttl_sweeper(timeout=5)
     assert task.done()
+    again = await memories.start_ttl_sweeper()
+    await asyncio.to_thread(memories.close)  # from sync code: cancelled on its loop
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(again, 5)
 
 
 # ---------------------------------------------------------------------- graphs
