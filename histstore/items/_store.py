@@ -48,7 +48,8 @@ _LITTLE = sys.byteorder == "little"
 class ItemStore:
     """Long-term memory items (JSON objects by namespace and key) in a store's database.
 
-    Every call is one statement or one transaction through the store's executor. An item
+    Every statement runs through the store's executor: a read is one statement (a get, one
+    per key; a listing, one per page of namespaces), a write one transaction. An item
     whose time to live has run out is gone for every read, and deleted by ``sweep``.
     Costs: a get is a primary-key lookup; a search or a listing reads the range of the
     primary key its prefix covers (then filters and orders what is there); ``sweep``
