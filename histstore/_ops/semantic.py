@@ -362,3 +362,10 @@ async def _messages(conn: AsyncConnection, keys: list[tuple[str, int]]) -> dict[
         for c, p, data, created_at in await conn.execute(stmt):
             found[c, int(p)] = stored_message(data, int(p), created_at)
     return found
+
+
+unit_vector = _unit
+"""``values`` as a unit float32 vector, checked (``InvalidMessage`` otherwise); also what
+``histstore.items`` stores an item's embeddings as."""
+vector_bytes = _bytes
+"""A unit vector as stored: float32 little-endian bytes."""

@@ -52,6 +52,8 @@ __all__ = [
     "checkpoints",
     "conversations",
     "described",
+    "item_vectors",
+    "items",
     "leases",
     "list_items",
     "lists",
@@ -408,3 +410,4 @@ from .checkpoint_tables import (  # noqa: E402 - they are made in the metadata a
     checkpoint_writes,
     checkpoints,
 )
+from .item_tables import item_vectors, items  # noqa: E402 - the same, for ``histstore.items``

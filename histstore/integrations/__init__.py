@@ -15,6 +15,8 @@
   ``AsyncDBChatStore``, for ``Memory`` (``pip install 'histstore[llamaindex]'``).
 - ``histstore.integrations.agent_framework.HiststoreHistoryProvider``: a Microsoft Agent
   Framework ``HistoryProvider`` (``pip install 'histstore[agent-framework]'``).
+- ``histstore.integrations.langgraph_store.HiststoreMemoryStore``: LangGraph's long-term
+  memory ``BaseStore`` (``pip install 'histstore[langgraph]'``).
 
 Each adapter takes a ``Store`` (borrowed: the adapter never closes it) or anything
 ``histstore.connect()`` accepts (owned: opened on first use with ``connect()``'s

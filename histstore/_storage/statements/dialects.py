@@ -4,24 +4,28 @@ Everything else is generic SQLAlchemy Core. Both backends support ``INSERT ... O
 CONFLICT`` (SQLite 3.24+, Postgres 9.5+) with the same SQLAlchemy API, ``RETURNING``
 (SQLite 3.35+), and partial indexes; what remains is which ``insert`` construct to use,
 how a transaction takes the conversation's write lock, how migrations serialize, and
-which full-text engine search asks (SQLite FTS5 or a Postgres ``tsvector``), and which
-vector index the semantic index may use.
+which full-text engine search asks (SQLite FTS5 or a Postgres ``tsvector``), which
+vector index the semantic index may use, and how a part of a JSON text is read.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sqlite3
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
     DateTime,
+    Float,
     Integer,
     Table,
     Text,
     bindparam,
+    case,
+    cast,
     func,
     literal_column,
     select,
@@ -42,6 +46,7 @@ __all__ = [
     "find_vector_index",
     "for_update",
     "insert",
+    "json_at",
     "lock_for_migration",
     "lock_patience",
     "messages_from_arrays",
@@ -221,3 +226,51 @@ def text_arrays(*names: str) -> Any:
     on every connection; an ``int4[]`` parameter costs it a type lookup per new
     connection)."""
     return func.unnest(*(bindparam(n, type_=postgresql.ARRAY(Text)) for n in names))
+
+
+JsonPart = Literal["string", "number", "boolean", "null", "object", "length"]
+
+
+def json_at(
+    dialect: Dialect, column: ColumnElement[Any], path: Sequence[str | int], part: JsonPart
+) -> ColumnElement[Any]:
+    """What is at ``path`` (object keys and array indexes) in the JSON text ``column``,
+    read as one kind of value: NULL where something else (or nothing) is there.
+
+    ``"string"``: the text of a string; ``"number"``: a number as a float; ``"boolean"``:
+    1 for true, 0 for false; ``"length"``: the length of an array; ``"null"``: a
+    condition, true where the path holds JSON ``null`` or nothing; ``"object"``: a
+    condition, true where it holds an object (NULL where it holds nothing). The path is a bound
+    parameter (SQLite: a JSON path whose keys are quoted, so a key must hold no ``"``;
+    Postgres: a ``text[]`` for ``#>`` on the value cast to ``jsonb``).
+    """
+    if dialect.name == "postgresql":
+        steps = bindparam(None, [str(p) for p in path], type_=postgresql.ARRAY(Text))
+        at = cast(column, postgresql.JSONB).op("#>")(steps)
+        kind = func.jsonb_typeof(at)
+        whole = at.op("#>>")(bindparam(None, [], type_=postgresql.ARRAY(Text)))
+        if part == "null":
+            return at.is_(None) | (kind == "null")
+        if part == "object":
+            return kind == "object"
+        found = {
+            "string": (kind == "string", whole),
+            "number": (kind == "number", cast(whole, Float(precision=53))),
+            "boolean": (kind == "boolean", case((whole == "true", 1), else_=0)),
+            "length": (kind == "array", func.jsonb_array_length(at)),
+        }[part]
+        return case(found, else_=None)
+    where = "$" + "".join(f"[{p}]" if isinstance(p, int) else f'."{p}"' for p in path)
+    spot = bindparam(None, where, type_=Text)
+    kind = func.json_type(column, spot)
+    if part == "null":
+        return kind.is_(None) | (kind == "null")
+    if part == "object":
+        return kind == "object"
+    found = {
+        "string": (kind == "text", func.json_extract(column, spot)),
+        "number": ((kind == "integer") | (kind == "real"), func.json_extract(column, spot)),
+        "boolean": ((kind == "true") | (kind == "false"), func.json_extract(column, spot)),
+        "length": (kind == "array", func.json_array_length(column, spot)),
+    }[part]
+    return case(found, else_=None)
