@@ -107,8 +107,11 @@ class HiststoreMemoryStore(BridgedAdapter, BaseStore):
             thread_name="histstore-langgraph-store",
         )
         self.index_config = index
+        """The index configuration given (``None``: no vector search)."""
         self.ttl_config = ttl
+        """The TTL configuration given (``None``: items never expire unless a put says so)."""
         self.embeddings = None if index is None else ensure_embeddings(index.get("embed"))
+        """The embedder the index configuration names, as LangGraph wraps it."""
         fields = ["$"] if index is None else (index.get("fields") or ["$"])
         self._fields = _paths(fields)
         self._sweeper: asyncio.Task[None] | None = None

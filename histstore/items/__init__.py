@@ -9,8 +9,11 @@ vectors; this package keeps rows, JSON text and vectors.
 
 from __future__ import annotations
 
-from ._namespaces import MatchRule
+from . import _namespaces
 from ._records import ItemWrite, StoredItem
 from ._store import ItemStore
+
+MatchRule = _namespaces.MatchRule
+"""A condition on a namespace: ``("prefix" | "suffix", labels)``, ``"*"`` any label."""
 
 __all__ = ["ItemStore", "ItemWrite", "MatchRule", "StoredItem"]

@@ -16,10 +16,15 @@ class StoredItem:
     ``ttl`` its time to live in minutes (``None``: it never expires)."""
 
     namespace: tuple[str, ...]
+    """The item's namespace, its labels in order."""
     key: str
+    """The item's key within its namespace."""
     value: dict[str, Any]
+    """The JSON object stored."""
     created_at: datetime
+    """When the item was first put (UTC)."""
     updated_at: datetime
+    """When it was last put (UTC)."""
     ttl: float | None = None
     score: float | None = None
 
