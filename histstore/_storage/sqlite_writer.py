@@ -71,9 +71,13 @@ T = TypeVar("T")
 if TYPE_CHECKING:  # runs programs in one transaction (``SqliteDriver.run_group``)
     RunGroup = Callable[[Any, list[Program[Any]], Phase, bool], Awaitable[list[tuple[bool, Any]]]]
 
+# The moves each state machine allows (docs/architecture.md has them as tables).
 _RUNNER: dict[str, tuple[str, ...]] = {"idle": ("running",), "running": ("idle",)}
-_LIFECYCLE: dict[str, tuple[str, ...]] = {"open": ("closing",), "closing": ("closed",)}
-_LIFECYCLE["closed"] = ()
+_LIFECYCLE: dict[str, tuple[str, ...]] = {
+    "open": ("closing",),
+    "closing": ("closed",),
+    "closed": (),
+}
 
 
 class _Member(Generic[T]):
