@@ -31,6 +31,7 @@ from ._errors import WindowTooSmall as WindowTooSmall
 from ._errors import WriteError as WriteError
 from ._ops.semantic import SemanticIndex as SemanticIndex
 from ._storage.dberrors import DatabaseFailure as DatabaseFailure
+from ._storage.diagnostics import Diagnostics as Diagnostics
 from ._store import Store as Store
 from .compaction import compact as compact
 from .middleware import with_history as with_history
@@ -46,6 +47,7 @@ __all__ = [
     "Conversation",
     "ConversationState",
     "DatabaseFailure",
+    "Diagnostics",
     "Entry",
     "HistStoreError",
     "Hit",

@@ -21,6 +21,7 @@ from ._ops.listing import Listing, Order
 from ._ops.lists import Lists
 from ._ops.state import State
 from ._ops.text_search import TextSearch
+from ._storage.diagnostics import Diagnostics
 from ._store_edits import EditableCalls
 
 __all__ = ["Store", "StoreSettings"]
@@ -31,18 +32,17 @@ T = TypeVar("T")
 class Store(EditableCalls):
     """Conversation history and state in one SQL database.
 
-    Made by ``histstore.connect()``. Every method is a coroutine, validates its
-    arguments before touching the database, and raises only ``HistStoreError``
-    subclasses (plus ``TypeError``/``ValueError`` for arguments of the wrong kind).
-    A store made from a URL or path owns its engine and disposes it on ``close()``; one
-    made from an ``AsyncEngine`` borrows it. A store belongs to the event loop it was
-    opened on: a call from another loop raises ``HistStoreError`` (open one store per
-    loop). After ``close()`` every call, on the store or on any of its views, raises
-    ``HistStoreError``.
+    Made by ``histstore.connect()``. Every method is a coroutine, validates its arguments
+    before touching the database, and raises only ``HistStoreError`` subclasses (plus
+    ``TypeError``/``ValueError`` for arguments of the wrong kind). A store made from a URL
+    or path owns its engine and disposes it on ``close()``; one made from an ``AsyncEngine``
+    borrows it. A store belongs to the event loop it was opened on: a call from another loop
+    raises ``HistStoreError`` (one store per loop). After ``close()`` every call, on the
+    store or on any of its views, raises ``HistStoreError``.
 
-    ``internals`` is not API: the store's internal context (``_ops.context.Context``), the
-    one way histstore's modules outside the facade (admin, transfer, checkpoints,
-    semantic search) reach its executor and statements, reading no private member.
+    ``internals`` is not API: the store's internal context (``_ops.context.Context``),
+    the one way histstore's modules outside the facade reach its executor and
+    statements; ``diagnostics()`` is what tests and monitoring read instead.
     """
 
     def __init__(
@@ -99,6 +99,10 @@ class Store(EditableCalls):
     def max_message_bytes(self) -> int:
         """The largest message the store takes, in bytes of UTF-8 JSON."""
         return self._settings.max_message_bytes
+
+    def diagnostics(self) -> Diagnostics:
+        """What the store's connections, SQLite writer and background work do now."""
+        return self._executor.diagnostics()
 
     @property
     def closed(self) -> bool:

@@ -263,7 +263,7 @@ def _make_backend(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> 
         path = tmp_path / "store.db"
         shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
         # ``durability="process"``: one task's short writes run on the event loop's thread
-        # (``_storage.group_commit``), so the suite's sequential writes take that path; the
+        # (``_storage.sqlite_writer``), so the suite's sequential writes take that path; the
         # writes of concurrent tasks, and tests that ask for ``"full"``, take the thread.
         return Backend(name, str(path), {"durability": "process"})
     if name == "sqlite-memory":

@@ -382,7 +382,7 @@ class Driver:
     async def run_group(
         self, conn: Any, programs: list[Program[Any]], phase: Phase, inline: bool = False
     ) -> list[tuple[bool, Any]]:
-        """Run write programs in one transaction (see ``_storage.group_commit``), where
+        """Run write programs in one transaction (see ``_storage.sqlite_writer``), where
         ``groups`` says the driver can; ``inline`` as ``fetch``'s, for a short write."""
         raise NotImplementedError
 

@@ -367,7 +367,7 @@ def sqlite_setup(settings: SqliteSettings) -> list[str]:
 
 WAL_NET_PAGES = 10_000
 """The WAL size (pages) at which a commit checkpoints by itself: a net for when the
-store's background checkpoints (``_storage.group_commit``) fall behind or do not run
+store's background checkpoints (``_storage.wal_checkpoints``) fall behind or do not run
 (another program's writes, a store that only runs multi-step transactions)."""
 
 WAL_LIMIT_BYTES = 32 * 1024 * 1024
@@ -375,7 +375,7 @@ WAL_LIMIT_BYTES = 32 * 1024 * 1024
 (SQLite's ``journal_size_limit``). A reader holding a snapshot keeps the WAL from being
 restarted, so it grows with every write meanwhile; without a limit the file would keep
 that high-water size until the last connection closes. Above the size the WAL reaches
-between background checkpoints (``group_commit.CHECKPOINT_PAGES``), so ordinary
+between background checkpoints (``wal_checkpoints.CHECKPOINT_PAGES``), so ordinary
 traffic never pays for truncating and growing the file again."""
 
 

@@ -26,23 +26,24 @@ from .completion import run_to_completion
 from .connections import ConnectionCache, release_connections
 from .dberrors import DATABASE_ERRORS, DatabaseFailure, connection_lost, failure, not_committed
 from .deadlines import WRITE_GRACE, CallTimeout
+from .diagnostics import Diagnostics, diagnose
 from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_dialect
 from .engine import SETTINGS_OPTION, SqliteSettings, is_memory_url
-from .group_commit import GroupCommit
-from .lending import READ_SLOTS, LentConnection, WriteTurn
+from .lending import READ_SLOTS, LentConnection
 from .long_work import LongWork
 from .pool_options import DEFAULT_REFUSED_WAIT
 from .read_groups import ReadGroups
 from .refusals import Backoff, connection
-from .search_index import BackgroundIndexer, PendingIndex, VectorIndex
+from .search_index import INDEX_GROUPS, INDEX_MESSAGES, IndexScheduler, PendingIndex, VectorIndex
+from .sqlite_writer import SqliteWriter
 from .statements import dialects as _dialects
 from .transaction import Transaction
-from .write_gate import WriteGate
 
 __all__ = ["Executor", "Transaction", "run_to_completion"]
 
 T = TypeVar("T")
 
+_NO_TURN: AbstractAsyncContextManager[None] = nullcontext()
 _MAX_STALE = 64  # connections found closed that one call drops, then takes what comes
 
 
@@ -111,31 +112,39 @@ class Executor(LongWork):
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
-        # SQLite has one write lock per file. Writers of this store queue for it here,
-        # first come first served, not in SQLite's busy handler (its growing sleeps can
-        # leave a free lock idle ~100 ms); the programs queued meanwhile run as one
-        # transaction (``_storage.group_commit``). Other processes meet it at the lock,
-        # polled for up to the busy timeout. In memory the pool's one connection does.
+        # An SQLite file: every write goes through the store's writer
+        # (``_storage.sqlite_writer``). In memory the pool's one connection serializes.
         self._gated = sqlite is not None and not self._in_memory
-        self._gate: WriteGate | None = None
+        self.writer: SqliteWriter | None = None
+        if sqlite is not None and self._gated:
+            self.writer = SqliteWriter(
+                self._connection,
+                self.driver.run_group,
+                self.driver.checkpoint,
+                busy_timeout_s=sqlite.busy_timeout_ms / 1000,
+                inline=sqlite.synchronous == "NORMAL",  # commits that do not fsync
+            )
+        # Programs go to the writer's queue where the driver runs a group in one trip.
+        self._grouped = self.writer is not None and self.driver.groups
         self._reading: AbstractAsyncContextManager[Any] = (
             asyncio.Semaphore(READ_SLOTS) if self._gated else nullcontext()
         )
         self.pending: PendingIndex | None = None if sqlite is None else PendingIndex(self.driver)
         """SQLite's pending list of the full-text index (``_storage.search_index``)."""
-        self._indexer = (
-            None
-            if sqlite is not None or read_only
-            else BackgroundIndexer(VectorIndex(self.driver), self._index_run)
-        )
+        # One scheduler indexes the pending list in the background, on both databases
+        # (``search_index.IndexScheduler``); on SQLite through the writer's queue.
+        self.indexer: IndexScheduler | None = None
+        if read_only:
+            pass
+        elif sqlite is None:
+            vectors = VectorIndex(self.driver)
+            self.indexer = IndexScheduler(vectors.index, self._index_run, INDEX_MESSAGES)
+        elif self._grouped and self.pending is not None and self.writer is not None:
+            index = self.pending.index
+            self.indexer = IndexScheduler(index, self._index_in_queue, INDEX_GROUPS)
+            self.writer.indexer = self.indexer
         self._appends = AppendGroups(statement_sender(self.write))
         self._reads = ReadGroups(lambda st, p, a, c: self.fetch(st, p, action=a, conversation=c))
-        self._group: GroupCommit | None = None
-        if self._gated and self.driver.groups:
-            index = None if read_only or self.pending is None else self.pending.index
-            run, cp = self.driver.run_group, self.driver.checkpoint
-            inline = sqlite is not None and sqlite.synchronous == "NORMAL"  # commits, no fsync
-            self._group = GroupCommit(self._writing, self._connection, run, cp, index, inline)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -148,6 +157,10 @@ class Executor(LongWork):
     def idle_connections(self) -> int:
         """Connections kept for the next calls (checked out of the pool, unused)."""
         return self._cache.idle + self._statement_writes.idle
+
+    def diagnostics(self) -> Diagnostics:
+        """What the store's connections, writer and background work are doing now."""
+        return diagnose(self)
 
     def refuse_writes(self, action: str, conversation: str | None) -> None:
         """Raise ``DatabaseFailure`` (nothing done) when the store is read-only."""
@@ -177,12 +190,14 @@ class Executor(LongWork):
         orphaned = self._loop is not None and self._loop.is_closed()
         if not orphaned:
             self.check()
-            if self._group is not None:
-                await self._group.wait_idle()
+            if self.writer is not None:
+                await self.writer.stop()
             await self._appends.wait_idle()
             await self._reads.wait_idle()
-            if self._indexer is not None:
-                await self._indexer.close()
+            if self.indexer is not None:
+                await self.indexer.close()
+            if self.writer is not None:
+                await self.writer.close()
         self._closed = True
         kept = (self._cache, self._statement_writes)
         await release_connections(kept, self._base_engine, dispose, orphaned=orphaned)
@@ -190,34 +205,39 @@ class Executor(LongWork):
     def listed(self, messages: int = 1) -> None:
         """A write committed outside the groups: what it listed for the full-text index
         (about ``messages`` messages) is indexed by the next run or at close."""
-        if self._group is not None:
-            self._group.note_listed()
-        elif self._indexer is not None:
-            self._indexer.listed(messages)
+        if self._grouped and self.writer is not None:
+            self.writer.note_listed()
+        elif self.indexer is not None:
+            self.indexer.listed(messages)
 
     def index_soon(self) -> None:
         """Postgres, a writable store: index the pending list in the background, unless a
         run is under way (after a search, which made the listed messages' vectors)."""
-        if self._indexer is not None:
-            self._indexer.soon()
+        if self.indexer is not None and self._sqlite is None:
+            self.indexer.soon()
 
     async def index_list(self) -> None:
         """Index the full-text index's whole pending list (``_storage.search_index``), as
         a search of a writable SQLite store does first when the list holds messages."""
-        if self._indexer is not None:
-            self.check()
-            await self._indexer.run(to_end=True)
+        if self.pending is None:
+            if self.indexer is not None:
+                self.check()
+                await self.indexer.run(to_end=True)
             return
-        assert self.pending is not None
-        program, action = self.pending.index(None), "indexing search text"
-        if self._group is None:
-            await self.write(program, action=action)
-        else:  # marked as the indexer's: it lists nothing (``_storage.group_commit``)
+        program = self.pending.index(None)
+        if not self._grouped:
+            await self.write(program, action="indexing search text")
+        else:
             self.check()
-            await self._group.submit(program, action, None, indexing=True)
+            await self._index_in_queue(program)
 
     async def _index_run(self, program: Program[bool]) -> bool:
         return await self.write(program, action="indexing search text", single=True, lists=0)
+
+    async def _index_in_queue(self, program: Program[bool]) -> bool:
+        """An indexing run in the SQLite writer's queue, marked as such: it lists nothing."""
+        assert self.writer is not None
+        return await self.writer.submit(program, "indexing search text", None, indexing=True)
 
     def compile(self, stmt: ClauseElement) -> CompiledStatement:
         """Compile a Core statement for this store's driver."""
@@ -249,16 +269,12 @@ class Executor(LongWork):
         """A SQLAlchemy connection of ``engine`` for Core work, waiting out refusals."""
         return connection(engine, self._backoff)
 
-    def _writing(self, action: str, conversation: str | None) -> WriteTurn:
+    def _writing(self, action: str, conversation: str | None) -> AbstractAsyncContextManager[None]:
         """This store's SQLite write turn, held for an ``async with`` (nothing on
-        Postgres or in memory; see ``__init__`` and ``_storage.lending``)."""
-        return WriteTurn(self, action, conversation)
-
-    def write_gate(self) -> WriteGate | None:
-        """The gate of this store's SQLite write turn; ``None`` where there is none."""
-        if self._gated and self._gate is None:
-            self._gate = WriteGate()
-        return self._gate
+        Postgres or in memory; see ``__init__``)."""
+        if self.writer is None:
+            return _NO_TURN
+        return self.writer.turn(action, conversation)
 
     @property
     def sqlite(self) -> SqliteSettings | None:
@@ -333,7 +349,7 @@ class Executor(LongWork):
         ``single`` the program is one statement run as its own transaction (no BEGIN
         and COMMIT round trips): a failure during it leaves the outcome unknown.
         ``lists``: about how many messages it lists for the full-text index (0: none,
-        as the indexer's). ``short``: a few rows written (``_storage.group_commit``).
+        as the indexer's). ``short``: a few rows written (``_storage.sqlite_writer``).
         """
         self.check()
         self.refuse_writes(action, conversation)
@@ -357,8 +373,8 @@ class Executor(LongWork):
                 raise failure(action, conversation, exc, name) from exc
             return value.value if isinstance(value, Rollback) else value
 
-        if self._group is not None and not single:
-            return await self._group.submit(program, action, conversation, short=short)
+        if self._grouped and self.writer is not None and not single:
+            return await self.writer.submit(program, action, conversation, short=short)
         if single and not self._gated:
             # One statement is its own transaction on the server: a cancellation during
             # it leaves nothing half done (the connection, whose state is then unknown,

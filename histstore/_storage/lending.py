@@ -1,10 +1,11 @@
-"""What the executor lends its callers: a connection, and the store's SQLite write turn
-(and how many reads of a store may run at once on SQLite, ``READ_SLOTS``).
+"""What the executor lends its callers: a connection (and how many reads of a store may
+run at once on SQLite, ``READ_SLOTS``).
 
-Both are context-manager classes, not ``@asynccontextmanager`` generators: a store may
-close (and finish its writers' work) while its loop shuts down, from the adapters' hook
-in ``loop.shutdown_asyncgens()``, and an async generator first run after that call is
-never finalized by the loop (asyncio warns of it).
+It is a context-manager class (as is the SQLite writer's turn), not an
+``@asynccontextmanager`` generator: a store may close (and finish its writers' work)
+while its loop shuts down, from the adapters' hook in ``loop.shutdown_asyncgens()``,
+and an async generator first run after that call is never finalized by the loop
+(asyncio warns of it).
 """
 
 from __future__ import annotations
@@ -18,15 +19,14 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from .._errors import HistStoreError
-from .dberrors import DatabaseFailure, connection_lost
+from .dberrors import connection_lost
 from .engine import SETUP_KEY, sqlite_setup
-from .write_gate import WriteGate
 
 if TYPE_CHECKING:
     from .connections import ConnectionCache
     from .executor import Executor
 
-__all__ = ["READ_SLOTS", "LentConnection", "WriteTurn"]
+__all__ = ["READ_SLOTS", "LentConnection"]
 
 READ_SLOTS = max(2, os.cpu_count() or 2)
 """Reads of one store on an SQLite file running at once, at most (the executor's
@@ -108,42 +108,3 @@ class LentConnection:
                 await self._cache.put(raw)
             else:
                 await self._cache.drop(raw)
-
-
-class WriteTurn:
-    """Holds the store's SQLite write turn (nothing on Postgres or in memory, see
-    ``Executor``). Waiting longer than the busy timeout fails as SQLite's own busy wait
-    would."""
-
-    __slots__ = ("_action", "_conversation", "_executor", "_gate")
-
-    def __init__(self, executor: Executor, action: str, conversation: str | None) -> None:
-        self._executor = executor
-        self._action = action
-        self._conversation = conversation
-        self._gate: WriteGate | None = None
-
-    async def __aenter__(self) -> None:
-        gate = self._executor.write_gate()
-        if gate is None:
-            return
-        settings = self._executor.sqlite
-        assert settings is not None
-        if not await gate.take(settings.busy_timeout_ms / 1000):
-            c = self._conversation
-            where = f" conversation {c!r}" if c is not None else ""
-            raise DatabaseFailure(
-                f"{self._action}{where} failed: database is locked (busy timeout: other"
-                " writers of this store held it)"
-            )
-        self._gate = gate
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._gate is not None:
-            self._gate.release()
-            self._gate = None

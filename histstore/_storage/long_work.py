@@ -20,7 +20,7 @@ from .dberrors import DATABASE_ERRORS, failure, not_committed
 from .deadlines import CallTimeout
 from .drivers import Driver, Phase
 from .engine import SqliteSettings
-from .lending import LentConnection, WriteTurn
+from .lending import LentConnection
 from .statements import dialects as _dialects
 from .transaction import Transaction
 
@@ -55,7 +55,7 @@ class LongWork:
     def _core(self, engine: AsyncEngine) -> AbstractAsyncContextManager[AsyncConnection]:
         raise NotImplementedError
 
-    def _writing(self, action: str, conversation: str | None) -> WriteTurn:
+    def _writing(self, action: str, conversation: str | None) -> AbstractAsyncContextManager[None]:
         raise NotImplementedError
 
     @asynccontextmanager

@@ -14,7 +14,7 @@ one segment for many messages, where a write of its own wrote a small segment, a
 merged segments every few writes, inside the write.
 
 Who indexes the list: a store's writers, every so many commits, in a write of its own
-(``_storage.group_commit``); a store before its search reads FTS5
+(``IndexScheduler``, through the SQLite writer's queue); a store before its search reads FTS5
 (``_ops.text_search``); a store that wrote, when it closes. A crash leaves the
 list as it was, for the next store that writes or searches. A store opened with
 ``read_only=True`` cannot write the index: its search reads the listed rows through an
@@ -33,7 +33,7 @@ statement that is its own write transaction (``FOR UPDATE SKIP LOCKED``: indexer
 several processes take different runs). A search reads the vectors of messages that
 are not listed and makes the listed messages' vectors itself
 (``_storage.statements.search``), so it needs no write first, and a read-only
-store finds everything too. Who indexes (``BackgroundIndexer``): a store in the
+store finds everything too. Who indexes (``IndexScheduler``, as on SQLite): a store in the
 background after about ``INDEX_MESSAGES`` messages of its writes and after each of its
 searches, and when it closes; a crash leaves the list to the next store that writes or
 searches.
@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     ColumnElement,
@@ -63,13 +63,15 @@ from sqlalchemy.types import BigInteger, Text
 from . import schema as s
 from .drivers import EXECUTE, FETCH, Driver, Program, Step
 from .statements.search import message_text, search_pending, search_vectors
+from .states import transition
 
 __all__ = [
     "CHUNK",
+    "INDEX_GROUPS",
     "INDEX_MESSAGES",
     "PENDING_TABLE",
     "RUNS",
-    "BackgroundIndexer",
+    "IndexScheduler",
     "PendingIndex",
     "VectorIndex",
 ]
@@ -144,6 +146,10 @@ class PendingIndex:
         return bool(count == limit)
 
 
+INDEX_GROUPS = 256
+"""SQLite: groups of writers that may have listed messages after which the store indexes
+the list in the background (``IndexScheduler``)."""
+
 INDEX_MESSAGES = 1_000
 """Postgres: about how many messages a store writes before it indexes the list in the
 background. A search makes the vectors of what is listed (some 40 us a message), and an
@@ -214,54 +220,90 @@ class VectorIndex:
         return bool(taken == runs)
 
 
-class BackgroundIndexer:
-    """Postgres: who runs ``VectorIndex`` for a writable store. A task of its own after
-    about ``INDEX_MESSAGES`` messages of the store's writes (``listed``) or on request
-    (``soon``), one run at a time; ``close`` waits for it and indexes the rest. Best
-    effort: a failed run leaves the list to a later run, to close, or to the next store
-    (the list is durable). ``write`` runs a program as its own write transaction."""
+class IndexScheduler:
+    """Who indexes a writable store's pending list, on both databases: one run at a
+    time, a chunk per write transaction (``write``) while chunks find more.
+
+    A run starts in the background once ``threshold`` units were ``listed`` since the
+    last one began (SQLite: groups of writers that may have listed messages,
+    ``INDEX_GROUPS``; Postgres: messages, ``INDEX_MESSAGES``), or on request (``soon``:
+    Postgres, after a search). ``close`` lets a run end, then indexes what was listed
+    since, or what a run left. Best effort: a failed run leaves the list to a later run,
+    to close, or to the next store (the list is durable).
+
+    States (``state``): ``idle``, ``running`` (a background run), ``closing`` (no run
+    starts in the background; ``close`` indexes the rest).
+    """
 
     def __init__(
-        self, index: VectorIndex, write: Callable[[Program[bool]], Awaitable[bool]]
+        self,
+        index: Callable[[], Program[bool]],
+        write: Callable[[Program[bool]], Awaitable[bool]],
+        threshold: int,
     ) -> None:
         self._index = index
         self._write = write
-        self._unindexed = 0  # messages written since the last run began
+        self._threshold = threshold
+        self.state: Literal["idle", "running", "closing"] = "idle"
+        self._unindexed = 0  # units listed since the last run began
+        self._more = False  # the last run left more listed
         self._task: asyncio.Task[None] | None = None
-        self._closing = False
 
-    def listed(self, messages: int) -> None:
-        """A write of the store committed, listing about ``messages`` messages."""
-        self._unindexed += max(messages, 1)
-        if self._unindexed >= INDEX_MESSAGES:
+    def listed(self, units: int = 1) -> None:
+        """A write of the store committed, listing about ``units`` units."""
+        self._unindexed += max(units, 1)
+        if self._unindexed >= self._threshold:
             self.soon()
+
+    def caught_up(self) -> None:
+        """A run committed that indexed the whole list after every earlier listing."""
+        self._unindexed = 0
 
     def soon(self) -> None:
         """Start a run in the background, unless one is under way or the store closes
         (a run cancelled before it began left its task behind)."""
-        if (self._task is None or self._task.done()) and not self._closing:
-            self._task = asyncio.ensure_future(self.run())
+        if self.state == "closing" or (self._task is not None and not self._task.done()):
+            return
+        self.state = transition(self.state, "running", _MOVES, "indexer")
+        self._task = asyncio.ensure_future(self._background())
+
+    async def _background(self) -> None:
+        try:
+            await self.run()
+        finally:
+            self._task = None
+            if self.state == "running":
+                self.state = transition(self.state, "idle", _MOVES, "indexer")
 
     async def run(self, *, to_end: bool = False) -> None:
         """Index the list, a chunk per transaction, while chunks find more; unless
         ``to_end``, only until the store starts closing."""
         self._unindexed = 0
         try:
-            while await self._write(self._index.index()):
-                if self._closing and not to_end:
+            while True:
+                self._more = await self._write(self._index())
+                if not self._more or (self.state == "closing" and not to_end):
                     return
         except Exception:  # noqa: BLE001 - best effort, see above
             self._unindexed = max(self._unindexed, 1)
-        finally:
-            if not to_end:
-                self._task = None
 
     async def close(self) -> None:
-        """Before the store closes: let a run end, then index what the store listed."""
-        self._closing = True
+        """Before the store closes: let a run end, then index what the store listed
+        (again after a ``close`` that was cancelled)."""
+        if self.state != "closing":
+            self.state = transition(self.state, "closing", _MOVES, "indexer")
         if self._task is not None:
             # Not ``await self._task``: a run cancelled by the loop's shutdown must not
             # make ``close`` raise; a cancelled ``close`` still raises, leaving the run be.
             await asyncio.wait([self._task])
-        if self._unindexed:
+        if self._unindexed or self._more:
             await self.run(to_end=True)
+
+
+_MOVES: dict[str, tuple[str, ...]] = {
+    "idle": ("running", "closing"),
+    # running -> running: a run cancelled before it began (loop shutdown) left its task
+    # ended and its state behind; the next ``soon`` starts another.
+    "running": ("idle", "running", "closing"),
+    "closing": (),
+}

@@ -149,7 +149,7 @@ class SqliteDriver(Driver):
         self, conn: Any, programs: list[Program[Any]], phase: Phase, inline: bool = False
     ) -> list[tuple[bool, Any]]:
         """Run ``programs`` in one write transaction, each in a savepoint of its own (see
-        ``_storage.group_commit``; one program alone needs none): per program ``(True,
+        ``_storage.sqlite_writer``; one program alone needs none): per program ``(True,
         value)``, or ``(False, what it raised)`` with its statements undone. A failure
         of the transaction itself raises (``phase`` says how far it got). ``inline``:
         on the event loop's thread when the write lock is free (see the module)."""

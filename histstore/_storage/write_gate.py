@@ -35,6 +35,11 @@ class WriteGate:
             self._queued -= 1
         return True
 
+    @property
+    def queued(self) -> int:
+        """Writers waiting for the gate."""
+        return self._queued
+
     def release(self) -> None:
         """Let the next writer in."""
         self._lock.release()

@@ -39,8 +39,8 @@ SPEC_EXPORTS = {
     "compact",
 }
 # Beyond the SPEC's names: the one definition of what search indexes (SPEC 12 leaves
-# its name to us; the README documents it).
-EXTRA_EXPORTS = {"indexed_text"}
+# its name to us; the README documents it), and what ``Store.diagnostics()`` returns.
+EXTRA_EXPORTS = {"indexed_text", "Diagnostics"}
 
 
 def test_all_is_sorted_and_complete() -> None:

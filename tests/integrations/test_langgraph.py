@@ -593,11 +593,12 @@ async def test_purge_and_the_thread_catalog_see_only_a_views_threads(store):
 async def test_sqlite_writes_use_the_stores_settings_and_begin_immediate(tmp_path: Path):
     path = tmp_path / "lock.db"
     async with histstore.connect(path, durability="process", busy_timeout=0.2) as store:
-        options = store._executor._engines["write"].get_execution_options()
+        options = store.internals.executor._engines["write"].get_execution_options()
         settings = options["histstore_sqlite"]
         assert (settings.synchronous, settings.busy_timeout_ms) == ("NORMAL", 200)
         assert options["histstore_begin"] == "BEGIN IMMEDIATE"
-        assert CheckpointStore(store)._executor is store._executor  # writes go through it
+        executor = store.internals.executor
+        assert CheckpointStore(store)._executor is executor  # writes go through it
         saver = HiststoreSaver(store)
         import sqlite3
 

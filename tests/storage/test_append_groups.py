@@ -1,7 +1,7 @@
 """Concurrent appends sent together (``_storage.append_groups``).
 
 The behaviour tests run on every backend: SQLite groups writers' programs in one
-transaction (``_storage.group_commit``), Postgres their append statements in one
+transaction (``_storage.sqlite_writer``), Postgres their append statements in one
 statement. The queue's own rules are checked against a recording ``send``.
 """
 

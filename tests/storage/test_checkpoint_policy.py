@@ -1,11 +1,11 @@
-"""When a store checkpoints its SQLite WAL in the background (``_storage.group_commit``):
+"""When a store checkpoints its SQLite WAL in the background (``_storage.wal_checkpoints``):
 once its writers pause with enough in the WAL, or, while writes go on without a pause,
 once the WAL is large; never in the middle of a short burst of writes. And when it
 indexes the full-text index's pending list: after many groups, and when it closes.
 
-The group commit runs here over stand-ins for the database: each committed group adds
-ten pages to a pretend WAL, which a checkpoint reports and the second one of a pair
-empties, as SQLite's restart does."""
+The SQLite writer (``_storage.sqlite_writer``) runs here over stand-ins for the
+database: each committed group adds ten pages to a pretend WAL, which a checkpoint
+reports and the second one of a pair empties, as SQLite's restart does."""
 
 from __future__ import annotations
 
@@ -15,10 +15,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from helpers import until
 
-from histstore._storage import group_commit
+from histstore._storage import search_index, wal_checkpoints
 from histstore._storage.drivers import Phase, Program, Step
-from histstore._storage.group_commit import GroupCommit
+from histstore._storage.search_index import IndexScheduler
+from histstore._storage.sqlite_writer import SqliteWriter
 
 PAGES_PER_GROUP = 10
 PAUSE = 0.2
@@ -30,10 +32,6 @@ class FakeDatabase:
         self.groups = 0
         self.started: list[int] = []  # groups committed when each pair started
         self.calls = 0
-
-    @asynccontextmanager
-    async def writing(self, action: str, conversation: str | None) -> AsyncIterator[None]:
-        yield
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[None]:
@@ -62,16 +60,20 @@ def _program() -> Generator[Step, Any, None]:
     yield
 
 
-async def _writes(group: GroupCommit, n: int) -> None:
+def _writer(db: FakeDatabase) -> SqliteWriter:
+    return SqliteWriter(db.connection, db.run_group, db.checkpoint, busy_timeout_s=5.0)
+
+
+async def _writes(group: SqliteWriter, n: int) -> None:
     for _ in range(n):
         await group.submit(_program(), "writing", None)
 
 
 async def test_checkpoints_wait_for_a_pause_or_a_large_wal(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(group_commit, "IDLE_S", PAUSE)
+    monkeypatch.setattr(wal_checkpoints, "IDLE_S", PAUSE)
     db = FakeDatabase()
-    group = GroupCommit(db.writing, db.connection, db.run_group, db.checkpoint)
-    idle_groups = int(group_commit.IDLE_PAGES / group_commit.FIRST_PAGES_PER_GROUP)
+    group = _writer(db)
+    idle_groups = int(wal_checkpoints.IDLE_PAGES / wal_checkpoints.FIRST_PAGES_PER_GROUP)
 
     # Too little to copy: no checkpoint, not even after a pause.
     await _writes(group, idle_groups - 1)
@@ -81,12 +83,13 @@ async def test_checkpoints_wait_for_a_pause_or_a_large_wal(monkeypatch: pytest.M
     # Enough to copy: none while the burst goes on, one once it pauses.
     await _writes(group, idle_groups)
     assert db.started == []
-    await asyncio.sleep(PAUSE * 2)
+    await until(lambda: db.started != [])
     assert db.started == [2 * idle_groups - 1]
+    await until(lambda: group.checkpoints.state == "idle")
 
     # Writes without a pause: a checkpoint once the WAL holds about CHECKPOINT_PAGES
     # (a group's pages as the last checkpoint measured them), in the middle of it.
-    large = group_commit.CHECKPOINT_PAGES // PAGES_PER_GROUP
+    large = wal_checkpoints.CHECKPOINT_PAGES // PAGES_PER_GROUP
     await _writes(group, large + 50)
     await asyncio.sleep(0)
     started = db.started
@@ -95,7 +98,9 @@ async def test_checkpoints_wait_for_a_pause_or_a_large_wal(monkeypatch: pytest.M
 
     # Closing: the armed pause starts nothing any more.
     await _writes(group, idle_groups)
-    await group.wait_idle()
+    await group.stop()
+    await group.close()
+    assert group.checkpoints.state == "stopped"
     await asyncio.sleep(PAUSE * 2)
     assert len(db.started) == 2
 
@@ -138,9 +143,14 @@ class FakeList(FakeDatabase):
 async def test_the_pending_list_is_indexed_after_many_groups_and_at_close(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(group_commit, "IDLE_S", PAUSE)
+    monkeypatch.setattr(wal_checkpoints, "IDLE_S", PAUSE)
     db = FakeList()
-    group = GroupCommit(db.writing, db.connection, db.run_group, db.checkpoint, db.index)
+    group = _writer(db)
+
+    async def index(program: Program[bool]) -> bool:
+        return await group.submit(program, "indexing", None, indexing=True)
+
+    indexer = group.indexer = IndexScheduler(db.index, index, search_index.INDEX_GROUPS)
 
     async def writes(n: int) -> None:
         for _ in range(n):
@@ -149,9 +159,9 @@ async def test_the_pending_list_is_indexed_after_many_groups_and_at_close(
     # Writes: nothing indexed while fewer than INDEX_GROUPS groups committed, not even
     # in a pause; a run once that many did, in the middle of the writes (a chunk each,
     # the writers' groups between them).
-    await writes(group_commit.INDEX_GROUPS - 1)
+    await writes(search_index.INDEX_GROUPS - 1)
     await asyncio.sleep(PAUSE * 2)
-    assert (db.runs, db.listed) == (0, group_commit.INDEX_GROUPS - 1)
+    assert (db.runs, db.listed) == (0, search_index.INDEX_GROUPS - 1)
     await writes(21)
     assert db.runs > 1
     assert db.listed <= 21
@@ -165,6 +175,8 @@ async def test_the_pending_list_is_indexed_after_many_groups_and_at_close(
     runs = db.runs
     db.listed += 3 * FakeList.CHUNK
     group.note_listed()
-    await group.wait_idle()
+    await group.stop()
+    await indexer.close()
+    await group.close()
     assert db.listed == 0
     assert db.runs - runs >= 3

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import sys
 import time
@@ -12,7 +11,7 @@ from typing import Any
 
 import pytest
 from alembic import command
-from helpers import empty_pg_database, is_database_error, pg_fetch, stable_id
+from helpers import empty_pg_database, is_database_error, pg_fetch, stable_id, until
 from sqlalchemy import URL, make_url, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -190,7 +189,7 @@ async def test_an_aiosqlite_without_its_private_calls_still_works(
     aiosqlite's public calls instead: slower, never broken."""
     monkeypatch.setattr(_sqlite_driver, "aiosqlite_one_trip", lambda: False)
     async with histstore.connect(tmp_path / "x.db") as store:
-        assert not store._executor.driver.one_trip  # type: ignore[attr-defined]
+        assert not store.diagnostics().one_trip
         await store.write("c", [{"role": "user", "content": "hi"}])
         await store.write("c", [{"role": "user", "content": "hi"}], at=0)
         with pytest.raises(histstore.ConflictError):
@@ -308,7 +307,7 @@ async def test_schema_error_does_not_reveal_the_password(pg_url: str) -> None:
 async def _pragma(store: Store, name: str) -> Any:
     """A pragma on the connections the store uses, the same on both of its paths: the
     executor's driver connections and SQLAlchemy's (fails when they differ)."""
-    executor = store._executor
+    executor = store.internals.executor
     async with executor._connection() as driver:
         fast = (await driver.execute_fetchall(f"PRAGMA {name}"))[0][0]
 
@@ -369,7 +368,7 @@ async def test_sqlite_writes_are_checkpointed_in_the_background(tmp_path: Path) 
         start = _size(path)
         for i in range(300):  # several MB of WAL, well below the net
             await store.write(f"c{i % 20}", [Message.user(f"{i} {text_}")])
-        await asyncio.sleep(0.2)  # the last background checkpoint ends
+        await until(lambda: store.diagnostics().checkpoints == "idle")  # the last one ended
         assert _size(Path(f"{path}-wal")) < WAL_NET_PAGES * 4096
         assert _size(path) - start > 100_000  # no commit checkpoints below the net
         assert await store.count("c0") == 15

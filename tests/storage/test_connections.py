@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from conftest import Backend
-from helpers import agent_turns, connections_in_use, empty_pg_database, new_id, user_msgs
+from helpers import agent_turns, connections_in_use, empty_pg_database, new_id, until, user_msgs
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -93,7 +93,7 @@ async def test_kept_connections_leave_the_pool_to_other_calls(borrowed: AsyncEng
                 timeout=5,
             )
         assert connections_in_use(store) == 0
-        assert store._executor.idle_connections <= 1
+        assert store.diagnostics().idle_connections <= 1
 
 
 async def test_an_in_memory_store_keeps_no_connection_aside() -> None:
@@ -101,7 +101,7 @@ async def test_an_in_memory_store_keeps_no_connection_aside() -> None:
         c = new_id()
         await store.write(c, user_msgs(3))
         assert (await store.read(c, limit=1))[0].content == "m-2"
-        assert store._executor.idle_connections == 0
+        assert store.diagnostics().idle_connections == 0
         await store.merge_metadata(c, {"k": 1})  # the only connection is free for this
         assert (await store.load(c)).metadata == {"k": 1}
 
@@ -134,13 +134,13 @@ async def test_idle_connections_go_back_without_a_further_call(borrowed: AsyncEn
     """A burst leaves connections kept for the next calls; they go back to the pool once
     idle, even when no call comes to notice."""
     async with histstore.connect(borrowed) as store:
-        for cache in (store._executor._cache, store._executor._statement_writes):
+        executor = store.internals.executor  # instrumented: a shorter idle time
+        for cache in (executor._cache, executor._statement_writes):
             cache._max_idle = 0.1
         c = new_id()
         await asyncio.gather(*(store.read(c) for _ in range(4)), store.write(c, user_msgs(1)))
-        assert store._executor.idle_connections >= 1
-        await asyncio.sleep(0.5)
-        assert store._executor.idle_connections == 0
+        assert store.diagnostics().idle_connections >= 1
+        await until(lambda: store.diagnostics().idle_connections == 0)  # no call meanwhile
         assert borrowed.pool.checkedout() == 0  # type: ignore[attr-defined]
         assert await store.count(c) == 1  # and the store goes on
 
@@ -168,7 +168,7 @@ async def test_postgres_appends_keep_a_few_sessions_of_their_own(
     """Concurrent turns' appends run on at most ``IN_FLIGHT`` server sessions, which
     then plan the write statements once each; the reads beside them use other sessions."""
     async with empty_pg_database() as url, histstore.connect(url, migrate=True) as store:
-        driver = store._executor.driver
+        driver = store.internals.executor.driver  # instrumented below
         run, fetch = driver.run, driver.fetch
         writers: set[int] = set()
         readers: set[int] = set()

@@ -38,12 +38,12 @@ def _spy(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[Any]:
 async def test_each_fast_path_of_the_backend_is_taken(
     backend: Backend, store: histstore.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    driver = store._executor.driver  # type: ignore[attr-defined]
+    driver = store.internals.executor.driver
     if backend.name.startswith("sqlite"):
         # aiosqlite's ``Connection._execute`` and ``_conn``: a whole transaction in one
         # trip to the connection's thread, group commit, and calls on the loop's thread.
         assert _sqlite_driver.aiosqlite_one_trip()
-        assert driver.one_trip
+        assert store.diagnostics().one_trip
         assert driver.groups
         on_loop = _spy(monkeypatch, _sqlite_driver.SqliteDriver, "_read_on_loop")
         trips = _spy(monkeypatch, _sqlite_driver, "_boxed")

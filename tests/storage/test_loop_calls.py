@@ -200,15 +200,17 @@ async def test_writes_keep_the_thread_while_the_wal_has_grown_large(
     """A commit may checkpoint by itself once the WAL is large (the background
     checkpoints fell behind): such a commit never runs on the loop's thread."""
     async with histstore.connect(tmp_path / "b.db", durability="process") as store:
-        group = store.internals.executor._group
-        assert group is not None
+        writer = store.internals.executor.writer
+        assert writer is not None
         c = new_id()
         await store.write(c, msgs("m0"))
-        group._groups = 10**6  # the WAL as a long run of commits without checkpoints left it
+        # The WAL as a long run of commits without checkpoints left it.
+        writer.checkpoints.pages = lambda: 10.0**6  # type: ignore[method-assign]
+        assert store.diagnostics().wal_pages == 10.0**6
         statements.clear()
         await store.write(c, msgs("m1"))
         assert statements.on("INSERT INTO HISTSTORE_MESSAGES") == {"thread"}
-        group._groups = 0  # as after a checkpoint
+        del writer.checkpoints.pages  # as after a checkpoint
         statements.clear()
         await store.write(c, msgs("m2"))
         assert statements.on("INSERT INTO HISTSTORE_MESSAGES") == {"loop"}

@@ -8,10 +8,9 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-from helpers import new_id, user_msgs
+from helpers import new_id, until, user_msgs
 
 import histstore
 from histstore import WriteError, WriteOutcome
@@ -23,6 +22,12 @@ def _noop(store: histstore.Store) -> Program[bool]:
     return True
 
 
+def _waiting(store: histstore.Store) -> tuple[int, int]:
+    """Writers waiting for the write turn, and programs waiting for the next group."""
+    now = store.diagnostics()
+    return now.waiting_for_turn, now.queued
+
+
 async def test_writers_wait_their_turn_behind_a_long_transaction(tmp_path: Path) -> None:
     async with histstore.connect(tmp_path / "q.db", busy_timeout=5) as store:
         c = new_id()
@@ -32,13 +37,14 @@ async def test_writers_wait_their_turn_behind_a_long_transaction(tmp_path: Path)
             await store.write(c, [{"role": "user", "content": f"m{i}"}])
             order.append(i)
 
-        async with store._executor.transaction(action="hold") as tx:
+        async with store.internals.executor.transaction(action="hold") as tx:
             await tx.run(_noop(store))  # holds SQLite's write lock, and the store's turn
             tasks = []
             for i in range(20):
                 tasks.append(asyncio.ensure_future(write(i)))
                 await asyncio.sleep(0)  # each queues before the next arrives
-            await asyncio.sleep(0.2)
+            # The first waits for the turn, the others for the next group.
+            await until(lambda: _waiting(store) == (1, 19))
             assert order == []  # nobody got in, nobody failed
         await asyncio.gather(*tasks)
         assert order == list(range(20))  # first come, first served
@@ -48,7 +54,7 @@ async def test_writers_wait_their_turn_behind_a_long_transaction(tmp_path: Path)
 async def test_waiting_longer_than_the_busy_timeout_fails_cleanly(tmp_path: Path) -> None:
     async with histstore.connect(tmp_path / "q.db", busy_timeout=0.2) as store:
         c = new_id()
-        async with store._executor.transaction(action="hold") as tx:
+        async with store.internals.executor.transaction(action="hold") as tx:
             await tx.run(_noop(store))
             with pytest.raises(WriteError, match="locked") as info:
                 await store.write(c, user_msgs(1))
@@ -59,10 +65,10 @@ async def test_waiting_longer_than_the_busy_timeout_fails_cleanly(tmp_path: Path
 async def test_a_write_cancelled_while_waiting_is_not_written(tmp_path: Path) -> None:
     async with histstore.connect(tmp_path / "q.db", busy_timeout=5) as store:
         c = new_id()
-        async with store._executor.transaction(action="hold") as tx:
+        async with store.internals.executor.transaction(action="hold") as tx:
             await tx.run(_noop(store))
             task = asyncio.ensure_future(store.write(c, user_msgs(1)))
-            await asyncio.sleep(0.05)
+            await until(lambda: _waiting(store) == (1, 0))
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -128,24 +134,19 @@ async def test_writers_that_came_together_last_time_go_together_again(tmp_path: 
     """After a group of several, a writer that finds nobody writing does not run alone:
     the writers arriving in the same turn of the event loop join it, in one commit."""
     async with histstore.connect(tmp_path / "g.db", durability="process") as store:
-        group = store.internals.executor._group
-        assert group is not None
-        sizes: list[int] = []
-        run_group = group._run_group
 
-        async def counted(conn: Any, programs: list[Any], *args: Any) -> Any:
-            sizes.append(len(programs))
-            return await run_group(conn, programs, *args)
+        def sizes() -> list[int]:
+            return list(store.diagnostics().group_sizes[before:])
 
-        group._run_group = counted
         ids = [new_id() for _ in range(6)]
+        before = len(store.diagnostics().group_sizes)
         await asyncio.gather(*(store.write(c, user_msgs(1)) for c in ids))
-        assert sizes == [1, 5]  # the first found nobody writing; the rest came together
-        sizes.clear()
+        assert sizes() == [1, 5]  # the first found nobody writing; the rest came together
+        before += 2
         await asyncio.gather(*(store.write(c, user_msgs(1)) for c in ids))
-        assert sizes == [6]
-        sizes.clear()
+        assert sizes() == [6]
+        before += 1
         for c in ids:  # one writer at a time: a group of one, then each runs alone
             await store.write(c, user_msgs(1))
-        assert sizes == [1] * 6
+        assert sizes() == [1] * 6
         assert [await store.count(c) for c in ids] == [3] * 6

@@ -1,0 +1,69 @@
+"""``Store.diagnostics()``: the states of a store's concurrency objects, read without
+touching the database (docs/architecture.md has their tables), and the check that an
+impossible move between them raises."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from conftest import Backend
+from helpers import new_id, until, user_msgs
+
+import histstore
+from histstore._storage.states import InvalidTransition
+from histstore._storage.wal_checkpoints import WalCheckpoints
+
+
+async def test_diagnostics_follow_the_writer_from_open_to_closed(backend: Backend) -> None:
+    async with backend.connect() as store:
+        now = store.diagnostics()
+        assert isinstance(now, histstore.Diagnostics)
+        assert now.backend == ("sqlite" if backend.name.startswith("sqlite") else "postgresql")
+        file = backend.name == "sqlite-file"  # the one backend with a writer of its own
+        assert (now.writer, now.writer_lifecycle) == (("idle", "open") if file else (None, None))
+        assert now.indexer == (None if backend.name == "sqlite-memory" else "idle")
+
+        c = new_id()
+        async with store.internals.executor.transaction(action="hold the turn"):
+            writes = [asyncio.ensure_future(store.write(c, user_msgs(1))) for _ in range(5)]
+            if file:
+                # The first waits for the turn, running alone; the others queue behind
+                # it for the next group.
+                await until(lambda: store.diagnostics().waiting_for_turn == 1)
+                now = store.diagnostics()
+                assert (now.writer, now.queued) == ("running", 4)
+        await asyncio.gather(*writes)
+        now = store.diagnostics()
+        assert now.queued == now.waiting_for_turn == 0
+        if file:
+            assert now.writer == "idle"
+            assert now.group_sizes[-2:] == (1, 4)
+            assert now.wal_pages
+            assert now.checkpoints in ("idle", "armed", "running")
+        else:
+            assert (now.group_sizes, now.wal_pages, now.checkpoints) == ((), None, None)
+    now = store.diagnostics()
+    if file:
+        assert (now.writer, now.writer_lifecycle, now.checkpoints) == ("idle", "closed", "stopped")
+    assert now.indexer == (None if backend.name == "sqlite-memory" else "closing")
+    assert now.idle_connections == 0
+
+
+async def test_an_impossible_move_raises(tmp_path: Any) -> None:
+    async with histstore.connect(tmp_path / "s.db") as store:
+        writer = store.internals.executor.writer
+        assert writer is not None
+    # Closed: a program handed to it now is a bug of the storage layer, not a hang.
+    with pytest.raises(InvalidTransition, match="writer"):
+        await writer.submit(iter(()), "writing", None)  # type: ignore[arg-type]
+
+    async def nothing() -> tuple[int, int]:
+        return 0, 0
+
+    checkpoints = WalCheckpoints(None, None, nothing)  # type: ignore[arg-type]
+    checkpoints.stop()
+    checkpoints.stop()  # stopping twice is no move
+    with pytest.raises(InvalidTransition, match="checkpoints"):
+        checkpoints._start()
