@@ -126,13 +126,10 @@ class FormatError(HistStoreError, ValueError):
 
 @dataclass
 class TransferStats:
-    """What an export, import or copy did so far (handed to progress callbacks).
-
-    ``conversations`` counts those written (or exported), ``skipped`` those already at
-    the destination unchanged; ``messages`` the messages exported, imported or copied.
-    ``threads``, ``skipped_threads`` and ``checkpoints`` count LangGraph threads and
-    their checkpoints the same way.
-    """
+    """What an export, import or copy did so far (handed to progress callbacks):
+    ``conversations`` written (or exported), ``skipped`` already at the destination
+    unchanged, ``messages`` exported, imported or copied; ``threads``, ``skipped_threads``
+    and ``checkpoints`` count LangGraph threads and their checkpoints the same way."""
 
     conversations: int = 0
     skipped: int = 0

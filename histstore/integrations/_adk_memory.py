@@ -69,7 +69,7 @@ from ._adk_memory_records import (
     to_entry,
     unique,
 )
-from ._adk_records import conversation_id
+from ._record_ids import conversation_id
 
 __all__ = ["HiststoreMemoryService"]
 

@@ -18,7 +18,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from histstore import Hit, InvalidMessage
 
-from ._adk_records import conversation_id
+from ._record_ids import conversation_id
 
 __all__ = [
     "RECORD",

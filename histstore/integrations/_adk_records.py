@@ -19,6 +19,7 @@ from histstore import InvalidMessage, Message, indexed_text
 from histstore.envelopes import adk_role
 
 from . import _unwrap
+from ._record_ids import ID_LIMIT, conversation_id
 
 __all__ = [
     "APP",
@@ -68,19 +69,6 @@ CREATED_LIST = "adk:created"
 # the space stays as it is; the rest is percent-encoded (UTF-8), so the metadata key
 # never has the control characters or edge whitespace that histstore's key rules forbid.
 _KEY_SAFE = "".join(c for c in string.punctuation if c != "%")
-_ID_LIMIT = 255
-
-
-def conversation_id(kind: str, *parts: str) -> str:
-    """The conversation id of one ADK record: readable when it fits, else a hash."""
-    try:
-        readable = "/".join([kind, *(quote(p, safe="") for p in parts)])
-    except UnicodeEncodeError:  # a lone surrogate: only the hash can hold it
-        readable = ""
-    if readable and len(readable) <= _ID_LIMIT:
-        return readable
-    digest = hashlib.sha256(json.dumps([kind, *parts]).encode("ascii")).hexdigest()
-    return f"{kind}#{digest}"
 
 
 def session_conversation(app_name: str, user_id: str, session_id: str) -> str:
@@ -100,7 +88,7 @@ def state_metadata_key(key: str) -> str:
         readable = "state:" + quote(key, safe=_KEY_SAFE)
     except UnicodeEncodeError:
         readable = ""
-    if readable and len(readable) <= _ID_LIMIT:
+    if readable and len(readable) <= ID_LIMIT:
         return readable
     return "state#" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 

@@ -5,17 +5,17 @@ records as conversation metadata."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any, Literal
-from urllib.parse import quote
 
 from strands.types.exceptions import SessionException
 from strands.types.session import Session, SessionAgent, SessionMessage, decode_bytes_values
 
 from histstore import InvalidMessage, Message, indexed_text
 from histstore.envelopes import strands_role
+
+from ._record_ids import conversation_id
 
 __all__ = [
     "AGENT",
@@ -60,33 +60,20 @@ STATE, MANAGER_STATE, INTERNAL_STATE, CREATED, UPDATED = (
     "strands:created_at",
     "strands:updated_at",
 )
-_ID_LIMIT = 255
 _MESSAGE_FIELDS = frozenset(f.name for f in dataclasses.fields(SessionMessage))
 """What ``SessionMessage.from_dict`` keeps of a dict (it looks them up per key, slowly)."""
 
 
-def _conversation_id(kind: str, *parts: str) -> str:
-    """``kind/part/...`` (each part percent-encoded) when it fits, else a hash."""
-    try:
-        readable = "/".join([kind, *(quote(p, safe="") for p in parts)])
-    except UnicodeEncodeError:  # a lone surrogate: only the hash can hold it
-        readable = ""
-    if readable and len(readable) <= _ID_LIMIT:
-        return readable
-    digest = hashlib.sha256(json.dumps([kind, *parts]).encode("ascii")).hexdigest()
-    return f"{kind}#{digest}"
-
-
 def session_conversation(session_id: str) -> str:
-    return _conversation_id("strands-session", session_id)
+    return conversation_id("strands-session", session_id)
 
 
 def agent_conversation(session_id: str, agent_id: str) -> str:
-    return _conversation_id("strands-agent", session_id, agent_id)
+    return conversation_id("strands-agent", session_id, agent_id)
 
 
 def multi_agent_conversation(session_id: str, multi_agent_id: str) -> str:
-    return _conversation_id("strands-multi-agent", session_id, multi_agent_id)
+    return conversation_id("strands-multi-agent", session_id, multi_agent_id)
 
 
 def json_data(value: Any, what: str) -> Any:
