@@ -331,11 +331,12 @@ async def import_items(
     footer, ``batch`` at a time; returns the footer and how many items were read.
 
     Raises:
-        FormatError: a record that is not what the format says (names the line); the
-            batches before it are stored, the one it belongs to is not.
+        FormatError: a record that is not what the format says, or vectors of another
+            dimension than the destination's (names the line); the batches before it
+            are stored, the one it belongs to is not.
     """
     size = min(batch, ITEM_BATCH)
-    read = 0
+    read = first = 0
     rows: list[dict[str, Any]] = []
     while True:
         kind = record.get("type")
@@ -343,19 +344,35 @@ async def import_items(
             break
         if kind != "memory":
             raise reader.error(f"expected a memory record or the footer, found {kind!r}")
+        if not rows:
+            first = reader.number
         rows.append(decode_item(reader, record))
         read += 1
         if len(rows) >= size:
-            _count(stats, len(rows), await target.apply(rows))
+            await _store(reader, first, target, rows, stats, progress)
             rows = []
-            if progress is not None:
-                progress(stats)
         following = reader.next()
         if following is None:
             raise reader.error("the file ends before its footer (truncated?)")
         record = following
     if rows:
-        _count(stats, len(rows), await target.apply(rows))
-        if progress is not None:
-            progress(stats)
+        await _store(reader, first, target, rows, stats, progress)
     return record, read
+
+
+async def _store(
+    reader: Reader,
+    first: int,
+    target: ItemTarget,
+    rows: list[dict[str, Any]],
+    stats: TransferStats,
+    progress: Progress | None,
+) -> None:
+    """Store a batch of the file's items (from line ``first``); the destination's refusal
+    names that line."""
+    try:
+        _count(stats, len(rows), await target.apply(rows))
+    except InvalidMessage as exc:
+        raise reader.error(f"the memory items from here on: {exc}", first) from None
+    if progress is not None:
+        progress(stats)

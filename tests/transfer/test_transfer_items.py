@@ -259,6 +259,14 @@ async def test_a_bad_memory_record_names_its_line(
     assert await stored(store) == {}
 
 
+async def test_vectors_of_another_dimension_are_refused(store: histstore.Store) -> None:
+    await HiststoreMemoryStore(store, index=INDEX).aput(("a",), "held", {"text": "cat"})
+    two_floats = {"$": "AAAAAAAAgD8="}
+    with pytest.raises(admin.FormatError, match=r"line 2: .*stored embeddings have 7 dim"):
+        await admin.import_store(store, item_file({"vectors": two_floats}))
+    assert list(await stored(store)) == [("a", "held")]
+
+
 async def test_counts_and_versions_are_checked(store: histstore.Store) -> None:
     with pytest.raises(admin.FormatError, match="footer counts 2 items where the file holds 1"):
         await admin.import_store(store, item_file({}, count=2))
