@@ -257,9 +257,11 @@ class ItemTarget:
                         f"stored embeddings have {len(held[0]) // 4} dimensions,"
                         f" not {len(incoming[0]) // 4}"
                     )
-            await conn.execute(delete(v).where(tuple_(v.c.namespace, v.c.key).in_(changed)))
+            # The items' rows first, in key order: on Postgres that locks them (a write of
+            # the same item waits), so their vectors are then replaced by one writer.
             items = [{k: last[key][k] for k in ("namespace", "key", *columns)} for key in changed]
             await conn.execute(upsert, items)
+            await conn.execute(delete(v).where(tuple_(v.c.namespace, v.c.key).in_(changed)))
             blobs = [
                 {"namespace": ns, "key": key, "field": field, "vector": blob}
                 for ns, key in changed

@@ -4,6 +4,7 @@ expiry and vectors, so searches rank the same without embedding anything again."
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import uuid
@@ -13,10 +14,12 @@ from typing import Any
 
 import pytest
 from cli_runner import ok
+from langgraph.store.base import PutOp
 from sqlalchemy import select
 
 import histstore
 from histstore import Message, NotFound, admin
+from histstore._ops.semantic import unit_vector, vector_bytes
 from histstore._storage import schema as _schema
 from histstore.integrations.langgraph_store import HiststoreMemoryStore
 
@@ -190,6 +193,26 @@ async def test_copy_sqlite_to_every_backend_and_back(
         assert stats.items == 4
         assert await stored(back) == rows
         assert await found(HiststoreMemoryStore(back, index=INDEX), ns) == hits
+
+
+async def test_an_import_beside_puts_of_the_same_items(store: histstore.Store) -> None:
+    """Every item ends whole: the file's value with its vectors, or the put's with its."""
+    ns = space()
+    memories = HiststoreMemoryStore(store, index=INDEX)
+    keys = [f"k{n}" for n in range(30)]
+    await memories.abatch([PutOp(ns, k, {"text": "cat"}) for k in keys])
+    text = await export_text(store, batch=7)
+
+    async def puts() -> None:
+        for k in keys:
+            await memories.aput(ns, k, {"text": "pizza"})
+
+    await asyncio.gather(admin.import_store(store, lines(text), batch=4), puts())
+    rows = await stored(store)
+    assert len(rows) == len(keys)
+    for value, *_, vectors in rows.values():
+        assert value["text"] in ("cat", "pizza")
+        assert vectors == [("text", vector_bytes(unit_vector(embed([value["text"]])[0])))]
 
 
 async def test_expired_items_stay_behind_and_scoped_views_carry_none(
