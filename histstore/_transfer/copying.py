@@ -16,7 +16,8 @@ is stored.
 
 Then the LangGraph threads: each thread's rows are read in a snapshot of the source and
 stored whole at the destination, as import stores a version-3 file's
-(``_transfer.threads.moves``).
+(``_transfer.threads.moves``). Last the memory items of a whole store, a batch at a
+time, stored as import stores a version-4 file's (``_transfer.items``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .._storage.rows import now
 from .._store import Store
 from .editable import Edits
 from .format import DEFAULT_BATCH, Progress, TransferStats
+from .items import ItemSource, ItemTarget, copy_items
 from .read import Page, Source, StoredConversation
 from .sync import Incoming, MessageRows
 from .threads.moves import copy_threads
@@ -55,13 +57,14 @@ async def copy_store(
     batch: int = DEFAULT_BATCH,
     progress: Progress | None = None,
 ) -> TransferStats:
-    """Copy every conversation and LangGraph thread ``source`` sees into ``target`` (see
-    the module doc).
+    """Copy every conversation, LangGraph thread and memory item ``source`` sees into
+    ``target`` (see the module doc; a scoped source sees no memory items).
 
     Raises:
-        InvalidMessage, InvalidId: a source conversation or thread the target refuses
-            (named); those copied before it are kept.
-        NotFound: a scoped target may not see a conversation of the source.
+        InvalidMessage, InvalidId: a source conversation, thread or item the target
+            refuses (named); those copied before it are kept.
+        NotFound: a scoped target may not see a conversation of the source, or the
+            source holds memory items (a scoped target sees none).
     """
     if batch < 1:
         raise ValueError("batch must be at least 1")
@@ -92,6 +95,8 @@ async def copy_store(
         stats,
         progress,
     )
+    items = ItemSource(source.internals, batch=batch)
+    await copy_items(items, ItemTarget(target.internals, action="copy"), stats, progress)
     return stats
 
 

@@ -1,5 +1,5 @@
-"""Moving whole conversations and LangGraph threads: export to JSON Lines (here), import
-and copy.
+"""Moving whole conversations, LangGraph threads and memory items: export to JSON Lines
+(here), import and copy.
 
 All three stream: memory stays bounded by one batch of rows, however large the store
 or a conversation is. The format is described in ``_transfer.format``; import is in
@@ -39,6 +39,7 @@ from .format import (
     turn_line,
 )
 from .importing import import_store
+from .items import ItemSource, export_items
 from .read import Page, Source, StoredConversation
 from .threads.moves import Readable, export_threads
 from .threads.read import ThreadSource
@@ -62,19 +63,23 @@ async def export_store(
     ids: Sequence[str] | None = None,
     user: str | None = None,
     threads: Sequence[str] | None = None,
+    items: bool | None = None,
     batch: int = DEFAULT_BATCH,
     progress: Progress | None = None,
     readable_threads: Readable | None = None,
 ) -> TransferStats:
-    """Write the store's conversations and LangGraph threads as JSON Lines (format
-    version 3, ``_transfer.format``; version 2 when no thread is written): everything
-    but idempotency records, editable history included (entry ids and authors, asides,
-    halts, turn records and the change log as stored), and each thread's checkpoints,
-    channel values and pending writes as stored.
+    """Write the store's conversations, LangGraph threads and memory items as JSON Lines
+    (format version 4, ``_transfer.format``; version 3 when no memory item is written, 2
+    when no thread either): everything but idempotency records, editable history
+    included (entry ids and authors, asides, halts, turn records and the change log as
+    stored), each thread's checkpoints, channel values and pending writes as stored, and
+    each unexpired memory item with its times, expiry and vectors as stored.
 
     With neither ``ids`` nor ``threads`` everything is exported; otherwise exactly the
     conversations ``ids`` and the threads ``threads`` name. ``user`` keeps that user's
-    conversations and threads; a scoped view exports only its user's.
+    conversations and threads; a scoped view exports only its user's. Memory items
+    belong to no user: ``items`` (default: when everything of a whole store is
+    exported, without ``user``) says whether they are written.
     ``readable_threads(thread_id)``, when given, is awaited for each thread before it is
     read: the keys it returns are added to the thread's record, for people and tools
     (``histstore export`` adds its messages as JSON); an import ignores them.
@@ -82,6 +87,7 @@ async def export_store(
     Raises:
         NotFound: one of ``ids`` or ``threads`` does not exist or is not seen by the
             store (checked before anything is written).
+        ValueError: ``items`` through a scoped view.
     """
     for cid in ids or ():
         validate_id(cid)
@@ -98,6 +104,12 @@ async def export_store(
     thread_source = ThreadSource(ctx, ids=threads, user=user, batch=batch)
     await thread_source.check_ids()
     with_threads = (everything or threads is not None) and await thread_source.count() > 0
+    if items is None:
+        items = everything and user is None and ctx.owner is None
+    if items and ctx.owner is not None:
+        raise ValueError("a scoped view sees no memory items (export the whole store)")
+    item_source = ItemSource(ctx, batch=batch)
+    with_items = items and await item_source.any()
     stats = TransferStats()
     if progress is not None:
         stats.total_messages = (await source.totals())[1]
@@ -105,18 +117,21 @@ async def export_store(
     # full disk) is raised as the stream raised it, never taken for the database's.
     writer = cast(IO[str], _Output(out))
     try:
-        writer.write(header_line(FORMAT_VERSION if with_threads else 2))
+        writer.write(header_line(FORMAT_VERSION if with_items else 3 if with_threads else 2))
         async with aclosing(source.pages()) as pages:
             async for page in pages:
                 for conv in page.convs:
                     await _export_conversation(page, conv, writer, stats, progress)
                 if progress is not None:
                     progress(stats)
-        counts = None
+        later: dict[str, int] = {}
         if with_threads:
             await export_threads(thread_source, writer, stats, progress, readable_threads)
-            counts = (stats.threads, stats.checkpoints)
-        writer.write(footer_line(stats.conversations, stats.messages, counts))
+        if with_threads or with_items:
+            later = {"threads": stats.threads, "checkpoints": stats.checkpoints}
+        if with_items:
+            later["items"] = await export_items(item_source, writer, stats, progress)
+        writer.write(footer_line(stats.conversations, stats.messages, **later))
         writer.flush()
     except _OutputFailed as failed:
         raise failed.error from None

@@ -1,6 +1,6 @@
 """The export format: JSON Lines records, written and read back.
 
-The export format (version 3)
+The export format (version 4)
 -----------------------------
 
 UTF-8 text, one JSON object per line. Times are ISO 8601 strings in UTC with
@@ -34,7 +34,10 @@ records that belong to it, and an ``end`` record::
     {"type": "checkpoint"|"blob"|"channel"|"write", "row": {COLUMN: VALUE}}
                                             the counted rows of each type, in that order
     {"type": "end", "thread": THREAD}
-    {"type": "footer", "conversations": C, "messages": M, "threads": T, "checkpoints": K}
+    {"type": "memory", "namespace": [LABEL, ...], "key": KEY, "value": OBJECT, ...}
+                                            the memory items (``_transfer.items``)
+    {"type": "footer", "conversations": C, "messages": M, "threads": T, "checkpoints": K,
+     "items": I}
 
 ``MESSAGE`` is the message's JSON object exactly as stored. A conversation's editable
 history (SPEC 11) is carried whole: the conversation record holds its revision (the
@@ -59,17 +62,17 @@ checkpoint tables as stored (``_transfer.threads.rows``): ``row`` holds every co
 the table but ``thread_id``, by name, each value in its JSON form by the column's type
 (bytes as standard base64, so serialized checkpoints, channel values and pending writes
 travel byte for byte; times as above; text and numbers as they are). The thread
-record's ``row`` is the thread's own row (its owner and times); ``rows`` counts its
-rows of each type, and a reader checks them. Other keys of a thread record are for people
-and tools (``histstore export`` adds ``messages``, its newest messages as JSON, and
-``messages_checkpoint``); a reader ignores them.
+record's ``row`` is the thread's own row (its owner and times); ``rows`` counts its rows
+of each type, and a reader checks them. Its other keys are for people and tools (e.g.
+``messages``, its newest messages as JSON); a reader ignores them.
 
 Idempotency records are not exported. The footer counts every conversation record,
-message record, thread record and checkpoint record of the file; a reader checks them.
+message record, thread record, checkpoint record and memory record; a reader checks them.
 A reader refuses a file whose ``version`` is newer than it knows. An export that holds
-no thread is written as version 2 (the same file without thread records or counts), so
-older histstore versions read it. Version 1 is version 2 without the editable
-history (no such keys or records): its messages get new entry ids, 1 to N, and its
+no memory item is written as version 3 (without memory records or ``items``), one that
+holds no thread either as version 2 (without thread records or counts), so older
+histstore versions read it. Version 1 is version 2 without the editable history (no
+such keys or records): its messages get new entry ids, 1 to N, and its
 conversations a change log of one record of kind ``"import"`` holding their entries.
 """
 
@@ -115,7 +118,7 @@ T = TypeVar("T")
 Extra = Mapping[str, Any] | None
 
 FORMAT_NAME = "histstore"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 DEFAULT_BATCH = 1000
 
 
@@ -129,7 +132,8 @@ class TransferStats:
     """What an export, import or copy did so far (handed to progress callbacks):
     ``conversations`` written (or exported), ``skipped`` already at the destination
     unchanged, ``messages`` exported, imported or copied; ``threads``, ``skipped_threads``
-    and ``checkpoints`` count LangGraph threads and their checkpoints the same way."""
+    and ``checkpoints`` count LangGraph threads and their checkpoints the same way,
+    ``items`` and ``skipped_items`` memory items."""
 
     conversations: int = 0
     skipped: int = 0
@@ -141,6 +145,8 @@ class TransferStats:
     threads: int = 0
     skipped_threads: int = 0
     checkpoints: int = 0
+    items: int = 0
+    skipped_items: int = 0
 
 
 Progress = Callable[[TransferStats], None]
@@ -164,15 +170,10 @@ def header_line(version: int = FORMAT_VERSION) -> str:
     return json.dumps(header, separators=(",", ":")) + "\n"
 
 
-def footer_line(conversations: int, messages: int, threads: tuple[int, int] | None = None) -> str:
-    """The last line of a file; ``threads``: the thread and checkpoint records (version 3)."""
-    footer: dict[str, Any] = {
-        "type": "footer",
-        "conversations": conversations,
-        "messages": messages,
-    }
-    if threads is not None:
-        footer["threads"], footer["checkpoints"] = threads
+def footer_line(conversations: int, messages: int, **later: int) -> str:
+    """The last line of a file; ``later``: the counts of versions 3 and 4 (``threads``,
+    ``checkpoints``, ``items``)."""
+    footer = {"type": "footer", "conversations": conversations, "messages": messages, **later}
     return json.dumps(footer, separators=(",", ":")) + "\n"
 
 

@@ -21,7 +21,9 @@ only at the destination are left alone.
 
 A version-3 file's LangGraph threads follow its conversations; each is checked and
 stored whole (``_transfer.threads.moves``), replacing the destination's thread of that
-id unless that holds the very same rows (then it counts as skipped).
+id unless that holds the very same rows (then it counts as skipped). A version-4 file's
+memory items follow; each replaces the destination's item of its namespace and key
+unless that is the very same (``_transfer.items``).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from .._storage.rows import batch_columns
 from .._store import Store
 from .editable import Edits
 from .format import DEFAULT_BATCH, FORMAT_NAME, FORMAT_VERSION, Progress, Reader, TransferStats
+from .items import ItemTarget, import_items
 from .sync import Incoming, MessageRows
 from .threads.moves import import_threads
 from .threads.write import ThreadTarget
@@ -90,23 +93,23 @@ async def import_store(
         else:
             stats.skipped += 1
 
-    counted = [0, 0]  # conversation and message records read (then threads, checkpoints)
+    counted = {"conversations": 0, "messages": 0}  # records read (then threads, ...)
     try:
         async with Writer(ctx, batch=batch, action="import", done=done) as writer:
             while (record := reader.next()) is not None:
                 kind = record.get("type")
-                if kind == "footer" or (kind == "thread" and version >= 3):
+                if kind == "footer" or version >= _SINCE.get(str(kind), FORMAT_VERSION + 1):
                     break
                 if kind != "conversation":
                     raise reader.error(f"expected a conversation record, found {kind!r}")
-                counted[0] += 1
+                counted["conversations"] += 1
                 line = reader.number
                 incoming = _incoming(reader, record, version)
                 pending[id(incoming)] = (incoming.id, line)
                 writer.begin(incoming)
                 limit = ctx.settings.max_message_bytes
                 await _conversation(reader, writer, incoming, batch, limit)
-                counted[1] += incoming.length
+                counted["messages"] += incoming.length
                 await writer.end()
                 reader.conversation = None
                 if progress is not None:
@@ -119,7 +122,12 @@ async def import_store(
         if record.get("type") == "thread":
             target = ThreadTarget(ctx, batch=batch, action="import")
             record, threads = await import_threads(reader, record, target, stats, progress)
-            counted.extend(threads)
+            counted["threads"], counted["checkpoints"] = threads
+        if record.get("type") == "memory" and version >= 4:
+            items = ItemTarget(ctx, action="import")
+            record, counted["items"] = await import_items(
+                reader, record, items, batch, stats, progress
+            )
         _footer(reader, record, counted)
     except (DatabaseFailure, OSError) as exc:
         raise _stopped(exc, reader, next(iter(pending.values()), None), stats) from exc
@@ -154,6 +162,8 @@ def _stopped(
     )
     if stats.threads or stats.skipped_threads:
         before += f", and {stats.threads + stats.skipped_threads:,} threads"
+    if stats.items or stats.skipped_items:
+        before += f", and {stats.items + stats.skipped_items:,} memory items"
     message = f"{where}: {why}; {lost}; {before} (importing the file again resumes)"
     if isinstance(exc, DatabaseFailure):
         return DatabaseFailure(message, phase=exc.phase)
@@ -176,11 +186,17 @@ def _header(reader: Reader) -> int:
     return version
 
 
-def _footer(reader: Reader, record: dict[str, Any], counted: list[int]) -> None:
-    keys = ("conversations", "messages", "threads", "checkpoints")
-    if len(counted) == 2 and ("threads" in record or "checkpoints" in record):
-        counted.extend((0, 0))  # a footer that counts threads where there are none
-    for key, seen in zip(keys, counted, strict=False):
+_SINCE = {"thread": 3, "memory": 4}
+"""The records after the conversations, with the first version that holds them."""
+
+
+def _footer(reader: Reader, record: dict[str, Any], counted: dict[str, int]) -> None:
+    if record.get("type") != "footer":
+        raise reader.error(f"expected the footer, found {record.get('type')!r}")
+    for key in ("threads", "checkpoints", "items"):
+        if key in record:  # a footer may count what the file does not hold
+            counted.setdefault(key, 0)
+    for key, seen in counted.items():
         said = reader.count(record, key)
         if said != seen:
             raise reader.error(

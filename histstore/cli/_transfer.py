@@ -1,5 +1,5 @@
-"""``export``, ``import`` and ``copy``: conversations and LangGraph threads, moved through
-``histstore.admin``'s transfers, with progress and a one-line summary."""
+"""``export``, ``import`` and ``copy``: conversations, LangGraph threads and memory items,
+moved through ``histstore.admin``'s transfers, with progress and a one-line summary."""
 
 from __future__ import annotations
 
@@ -120,8 +120,12 @@ async def cmd_copy(args: argparse.Namespace) -> int:
 
 
 def _threads(stats: admin.TransferStats) -> str:
-    return f"{stats.threads:,} threads ({stats.checkpoints:,} checkpoints)"
+    threads = f"{stats.threads:,} threads ({stats.checkpoints:,} checkpoints)"
+    return f"{threads}, {stats.items:,} memory items" if stats.items else threads
 
 
 def _unchanged(stats: admin.TransferStats) -> str:
-    return f"{stats.skipped:,} already there unchanged (and {stats.skipped_threads:,} threads)"
+    more = f", {stats.skipped_items:,} memory items" if stats.skipped_items else ""
+    return (
+        f"{stats.skipped:,} already there unchanged (and {stats.skipped_threads:,} threads{more})"
+    )

@@ -276,8 +276,8 @@ async def test_a_version_1_file_imports_as_before(store: Store) -> None:
 
 async def test_a_newer_version_is_refused(store: Store) -> None:
     lines = v1_file(new_id(), 1)
-    lines[0] = lines[0].replace(b'"version": 1', b'"version": 4')
-    with pytest.raises(FormatError, match="version 4"):
+    lines[0] = lines[0].replace(b'"version": 1', b'"version": 5')
+    with pytest.raises(FormatError, match="version 5"):
         await import_store(store, lines)
     assert await store.conversations() == []
 

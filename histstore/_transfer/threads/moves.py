@@ -104,8 +104,9 @@ async def import_threads(
     stats: TransferStats,
     progress: Progress | None,
 ) -> tuple[dict[str, Any], tuple[int, int]]:
-    """Store the file's threads, from ``record`` (the first thread record) to the footer;
-    returns the footer and how many thread and checkpoint records were read.
+    """Store the file's threads, from ``record`` (the first thread record) to the footer
+    or the first memory record; returns that record and how many thread and checkpoint
+    records were read.
 
     Raises:
         FormatError: a record that is not what the format says (names the line); the
@@ -114,7 +115,7 @@ async def import_threads(
     threads = checkpoints = 0
     while True:
         kind = record.get("type")
-        if kind == "footer":
+        if kind in ("footer", "memory"):
             return record, (threads, checkpoints)
         if kind != "thread":
             raise reader.error(f"expected a thread record or the footer, found {kind!r}")
