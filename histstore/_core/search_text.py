@@ -34,12 +34,19 @@ _RESULTS = frozenset(
 @dataclass(frozen=True)
 class Hit:
     """A message found by a search: where it is, the message, and how well it matched
-    (a higher ``score`` is a better match; scores compare within one search only)."""
+    (a higher ``score`` is a better match; scores compare within one search only).
+
+    A message of a LangGraph thread (``HiststoreSaver``) names the thread in
+    ``thread``; then ``conversation`` is the thread id too, ``position`` the message's
+    index in its channel's list, and ``message`` holds its ``role`` and its text as
+    ``content`` (the text the search indexed). ``thread`` is ``None`` for a message of a
+    conversation."""
 
     conversation: str
     position: int
     message: Message
     score: float
+    thread: str | None = None
 
 
 def indexed_text(message: Message | Mapping[str, Any]) -> str | None:

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["Blob", "StoredCheckpoint", "Write", "as_bytes", "with_parts"]
+__all__ = ["Blob", "ItemText", "StoredCheckpoint", "Write", "as_bytes", "with_parts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +23,17 @@ class Blob:
     type: str
     blob: bytes | None
     base: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemText:
+    """What the text search finds an item of a list channel by: the item's index in the
+    channel's value, its role and its text (``store.search`` names the thread)."""
+
+    channel: str
+    idx: int
+    role: str
+    text: str
 
 
 @dataclass(frozen=True, slots=True)

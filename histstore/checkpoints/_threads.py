@@ -14,7 +14,7 @@ from .._errors import ConflictError, NotFound
 from .._ops.listing import idle_cutoff
 from .._storage.rows import now as clock
 from ._catalog import ThreadCatalog
-from ._scope import BLOBS, CHANNELS, CHECKPOINTS, THREADS, WRITES, chunks
+from ._scope import BLOBS, CHANNELS, CHECKPOINTS, TEXT, THREADS, WRITES, chunks
 
 __all__ = ["DELTA_KEY", "ThreadOperations"]
 
@@ -40,7 +40,7 @@ class ThreadOperations(ThreadCatalog):
                 changed = select(THREADS.c.updated_at).where(THREADS.c.thread_id == thread_id)
                 if (await conn.execute(changed)).scalar_one() >= idle_before:
                     return False
-            for table in (WRITES, CHANNELS, BLOBS, CHECKPOINTS, THREADS):
+            for table in (WRITES, CHANNELS, BLOBS, TEXT, CHECKPOINTS, THREADS):
                 await conn.execute(delete(table).where(table.c.thread_id == thread_id))
             return True
 
@@ -179,7 +179,7 @@ class ThreadOperations(ThreadCatalog):
             params = {"thread_id": target, "owner": found[0], "now": now}
             if (await conn.execute(self._sql.create_thread, params)).first() is None:
                 raise ConflictError(f"thread {target!r} already exists")
-            for table in (CHECKPOINTS, CHANNELS, BLOBS, WRITES):
+            for table in (CHECKPOINTS, CHANNELS, BLOBS, WRITES, TEXT):
                 names = [c.name for c in table.columns]
                 cols = [
                     literal(target, type_=table.c.thread_id.type).label("thread_id")
@@ -202,7 +202,8 @@ class ThreadOperations(ThreadCatalog):
 
     async def _collect_blobs(self, conn: AsyncConnection, thread_id: str, ns: str) -> None:
         """Delete the namespace's channel values that no remaining checkpoint reads (a
-        value read as the ``base`` a read value extends is read too)."""
+        value read as the ``base`` a read value extends is read too), and the text of
+        the channels left with no value."""
         listed = select(CHANNELS.c.channel, CHANNELS.c.version).where(
             CHANNELS.c.thread_id == thread_id, CHANNELS.c.checkpoint_ns == ns
         )
@@ -225,6 +226,15 @@ class ThreadOperations(ThreadCatalog):
                     BLOBS.c.thread_id == thread_id,
                     BLOBS.c.checkpoint_ns == ns,
                     tuple_(BLOBS.c.channel, BLOBS.c.version).in_(list(chunk)),
+                )
+            )
+        emptied = sorted({c for c, _ in unused} - {c for c, _ in used})
+        for chunk in chunks(emptied):
+            await conn.execute(
+                delete(TEXT).where(
+                    TEXT.c.thread_id == thread_id,
+                    TEXT.c.checkpoint_ns == ns,
+                    TEXT.c.channel.in_(list(chunk)),
                 )
             )
 

@@ -1,0 +1,101 @@
+"""A LangGraph thread's messages are found by ``store.search`` (a hit names the thread),
+indexed as they are added, and gone with the thread."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage
+from langgraph_graphs import call_weather, tool_loop
+from sqlalchemy import func, select
+
+import histstore
+from histstore._storage import schema as _schema
+from histstore.integrations.langgraph import HiststoreSaver
+
+TEXT = _schema.checkpoint_text
+
+
+async def text_rows(store: histstore.Store, thread: str | None = None) -> int:
+    query = select(func.count()).select_from(TEXT)
+    if thread is not None:
+        query = query.where(TEXT.c.thread_id == thread)
+    async with store.engine.connect() as conn:
+        return int((await conn.execute(query)).scalar_one())
+
+
+def chat(turns: int) -> tuple[GenericFakeChatModel, list[str]]:
+    """A model answering ``turns`` questions, the first by way of the weather tool."""
+    replies = [call_weather("Paris", "call-1"), AIMessage("Paris is sunny, says zanzibar")]
+    replies += [AIMessage(f"answer number {i} quokka") for i in range(1, turns)]
+    return GenericFakeChatModel(messages=iter(replies)), [
+        f"question {i} wombat" for i in range(turns)
+    ]
+
+
+async def run(store: histstore.Store, thread: str, turns: int) -> dict[str, Any]:
+    model, questions = chat(turns)
+    graph = tool_loop(model).compile(checkpointer=HiststoreSaver(store))
+    config: Any = {"configurable": {"thread_id": thread}}
+    out: dict[str, Any] = {}
+    for question in questions:
+        out = await graph.ainvoke({"messages": [HumanMessage(question)]}, config)
+    return out
+
+
+async def test_search_finds_a_threads_human_and_ai_messages(store: histstore.Store) -> None:
+    out = await run(store, "t-search", 3)
+    await store.write("c", [{"role": "user", "content": "a wombat in a conversation"}])
+
+    hits = await store.search("zanzibar")
+    assert [(h.thread, h.conversation, h.message.role) for h in hits] == [
+        ("t-search", "t-search", "assistant")
+    ]
+    assert "zanzibar" in hits[0].message.content
+    assert out["messages"][hits[0].position].content == "Paris is sunny, says zanzibar"
+
+    hits = await store.search('"question 2"')
+    assert [(h.thread, h.message.role, h.message.content) for h in hits] == [
+        ("t-search", "user", "question 2 wombat")
+    ]
+    # The tool call's arguments are text too.
+    assert [h.position for h in await store.search("paris")][:1] != []
+
+    both = await store.search("wombat", limit=10)
+    assert {h.thread for h in both} == {None, "t-search"}
+    assert len(both) == 4
+    assert sorted(both, key=lambda h: -h.score) == both
+    assert len(await store.search("wombat", limit=2)) == 2
+    # A search of one conversation finds its messages only.
+    assert [h.thread for h in await store.search("wombat", conversation="c")] == [None]
+
+
+async def test_each_item_is_indexed_once(store: histstore.Store) -> None:
+    out = await run(store, "t-once", 12)
+    # One row per message, however many checkpoints stored values extending others.
+    assert await text_rows(store, "t-once") == len(out["messages"])
+
+
+async def test_scoped_stores_find_their_own_threads(store: histstore.Store) -> None:
+    await run(store.scoped("alice"), "t-alice", 1)
+    await run(store, "t-nobody", 1)
+    assert {h.thread for h in await store.search("wombat")} == {"t-alice", "t-nobody"}
+    assert [h.thread for h in await store.scoped("alice").search("wombat")] == ["t-alice"]
+    assert await store.scoped("bob").search("wombat") == []
+
+
+async def test_delete_and_prune(store: histstore.Store) -> None:
+    await run(store, "t-gone", 2)
+    await run(store, "t-kept", 2)
+    saver = HiststoreSaver(store)
+    await saver.adelete_thread("t-gone")
+    assert {h.thread for h in await store.search("wombat")} == {"t-kept"}
+    assert await text_rows(store, "t-gone") == 0
+    await saver.aprune(["t-kept"], strategy="keep_latest")
+    assert len(await store.search("wombat")) == 2  # the newest value's messages stay
+    await saver.acopy_thread("t-kept", "t-copy")
+    assert {h.thread for h in await store.search("wombat")} == {"t-kept", "t-copy"}
+    await saver.aprune(["t-kept", "t-copy"], strategy="delete")
+    assert await store.search("wombat") == []
+    assert await text_rows(store) == 0
