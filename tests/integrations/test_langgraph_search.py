@@ -3,6 +3,9 @@ indexed as they are added, and gone with the thread."""
 
 from __future__ import annotations
 
+import io
+import json
+from pathlib import Path
 from typing import Any
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -11,6 +14,7 @@ from langgraph_graphs import call_weather, tool_loop
 from sqlalchemy import func, select
 
 import histstore
+from histstore import admin
 from histstore._storage import schema as _schema
 from histstore.integrations.langgraph import HiststoreSaver
 
@@ -99,3 +103,37 @@ async def test_delete_and_prune(store: histstore.Store) -> None:
     await saver.aprune(["t-kept", "t-copy"], strategy="delete")
     assert await store.search("wombat") == []
     assert await text_rows(store) == 0
+
+
+async def test_copy_and_export_carry_the_text(store: histstore.Store, tmp_path: Path) -> None:
+    """A SQLite file's thread copied to every backend is found there; an exported file
+    imports searchable, and a file without the text (exported before it) imports
+    unindexed."""
+    async with histstore.connect(tmp_path / "lg.db") as source:
+        await run(source, "t-moved", 2)
+        stats = await admin.copy_store(source, store)
+        assert stats.threads == 1
+        out = io.StringIO()
+        await admin.export_store(source, out, threads=["t-moved"])
+    assert [(h.thread, h.message.role) for h in await store.search("zanzibar")] == [
+        ("t-moved", "assistant")
+    ]
+    assert await text_rows(store, "t-moved") == await text_rows(store)
+    exported = [json.loads(line) for line in out.getvalue().splitlines()]
+    await HiststoreSaver(store).adelete_thread("t-moved")
+    await admin.import_store(store, [json.dumps(r).encode() + b"\n" for r in exported])
+    assert [h.thread for h in await store.search("zanzibar")] == ["t-moved"]
+
+    # As a file made before the text: no text records, no count of them.
+    older = []
+    for record in exported:
+        if record.get("type") == "text":
+            continue
+        if record.get("type") == "thread":
+            record["rows"].pop("text")
+        older.append(json.dumps(record).encode() + b"\n")
+    await admin.import_store(store, older)
+    assert await store.search("zanzibar") == []
+    found = await HiststoreSaver(store).aget_tuple({"configurable": {"thread_id": "t-moved"}})
+    assert found is not None
+    assert len(found.checkpoint["channel_values"]["messages"]) == 6
