@@ -179,6 +179,8 @@ async def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         for h in hits:
             record = {"conversation": h.conversation, "position": h.position, "score": h.score}
+            if h.thread is not None:
+                record["thread"] = h.thread
             print(json.dumps({**record, "message": h.message.to_dict()}, ensure_ascii=False))
         return 0
     printer = HitPrinter(sys.stdout, query, color=args.color)

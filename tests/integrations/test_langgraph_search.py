@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+from cli_runner import ok
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph_graphs import call_weather, tool_loop
@@ -16,6 +18,7 @@ from sqlalchemy import func, select
 import histstore
 from histstore import admin
 from histstore._storage import schema as _schema
+from histstore.checkpoints import CheckpointStore
 from histstore.integrations.langgraph import HiststoreSaver
 
 TEXT = _schema.checkpoint_text
@@ -137,3 +140,39 @@ async def test_copy_and_export_carry_the_text(store: histstore.Store, tmp_path: 
     found = await HiststoreSaver(store).aget_tuple({"configurable": {"thread_id": "t-moved"}})
     assert found is not None
     assert len(found.checkpoint["channel_values"]["messages"]) == 6
+
+
+async def test_extensions_index_only_the_items_they_add(
+    store: histstore.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each message's text is written once, when the value adding it is stored: the
+    texts written follow the messages, not messages x checkpoints."""
+    written: list[int] = []
+    put = CheckpointStore.put
+
+    async def counting(self: CheckpointStore, *args: Any, **kwargs: Any) -> bool:
+        written.append(len(kwargs.get("texts", ())))
+        return await put(self, *args, **kwargs)
+
+    monkeypatch.setattr(CheckpointStore, "put", counting)
+    out = await run(store, "t-cost", 30)
+    assert len(written) > 60  # checkpoints
+    assert sum(written) == len(out["messages"])
+
+
+async def test_the_cli_search_names_the_thread(shared_backend: Any) -> None:
+    url = shared_backend.url
+    async with histstore.connect(url) as store:
+        await run(store, "t-cli", 2)
+        await store.write("c-cli", [{"role": "user", "content": "zanzibar in a conversation"}])
+    result = await ok("search", "zanzibar", "--url", url)
+    assert "thread t-cli  #3  assistant" in result.out
+    assert "c-cli  #0  user" in result.out
+    records = [
+        json.loads(line)
+        for line in (await ok("search", "zanzibar", "--json", "--url", url)).out.splitlines()
+    ]
+    assert {(r.get("thread"), r["conversation"]) for r in records} == {
+        ("t-cli", "t-cli"),
+        (None, "c-cli"),
+    }
