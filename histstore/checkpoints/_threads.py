@@ -4,7 +4,7 @@ thread to its newest checkpoints, copy a thread; each locks the threads it chang
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func, literal, select, tuple_, update
@@ -14,6 +14,7 @@ from .._errors import ConflictError, NotFound
 from .._ops.listing import idle_cutoff
 from .._storage.rows import now as clock
 from ._catalog import ThreadCatalog
+from ._records import ItemText
 from ._scope import BLOBS, CHANNELS, CHECKPOINTS, TEXT, THREADS, WRITES, chunks
 
 __all__ = ["DELTA_KEY", "ThreadOperations"]
@@ -194,6 +195,34 @@ class ThreadOperations(ThreadCatalog):
                 )
 
         await self._run("write", f"copying thread {source!r}", work)
+
+    async def index_text(
+        self, thread_id: str, checkpoint_ns: str, texts: Sequence[ItemText], ends: Mapping[str, int]
+    ) -> bool:
+        """Make the namespace's searchable text hold ``texts`` (``put``'s ``texts`` and
+        ``text_ends``: each replaces the text at its channel and index; a channel of
+        ``ends`` loses its text past that index), in one transaction; ``False`` (nothing
+        done) for a thread this view does not see. For rebuilding the text of values
+        stored before it was kept (``HiststoreSaver.areindex_text``)."""
+
+        async def work(conn: AsyncConnection) -> bool:
+            if not await self._lock_visible(conn, [thread_id]):
+                return False
+            key = (TEXT.c.thread_id == thread_id, TEXT.c.checkpoint_ns == checkpoint_ns)
+            for channel, length in sorted(ends.items()):
+                await conn.execute(
+                    delete(TEXT).where(*key, TEXT.c.channel == channel, TEXT.c.idx >= length)
+                )
+            rows = [
+                {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "channel": t.channel}
+                | {"idx": t.idx, "role": t.role, "text": t.text}
+                for t in texts
+            ]
+            for chunk in chunks(rows):
+                await conn.execute(self._sql.upsert_text, list(chunk))
+            return True
+
+        return await self._run("write", f"indexing thread {thread_id!r}", work)
 
     async def _lock_visible(self, conn: AsyncConnection, thread_ids: Sequence[str]) -> list[str]:
         """Lock the thread rows (in id order) this view may see; returns their ids."""

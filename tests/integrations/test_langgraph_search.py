@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 from cli_runner import ok
+from helpers import alembic
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph_graphs import call_weather, tool_loop
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 import histstore
 from histstore import admin
@@ -176,3 +178,45 @@ async def test_the_cli_search_names_the_thread(shared_backend: Any) -> None:
         ("t-cli", "t-cli"),
         (None, "c-cli"),
     }
+
+
+PREVIOUS = "a41c5e0d7b93"
+"""The revision before thread text (6b2d9e4f1a37)."""
+
+
+async def test_the_upgrade_leaves_older_threads_to_reindex_and_the_downgrade_drops_the_text(
+    engine: AsyncEngine, empty_url: str
+) -> None:
+    """A thread stored at the previous revision (its tables are as that revision left
+    them) is not searchable after the upgrade until ``reindex --threads``; its next
+    turn's messages are. A downgrade drops the text and keeps the thread."""
+    await alembic(engine, "upgrade", "head")
+    async with histstore.connect(empty_url) as store:
+        await run(store, "t-old", 2)
+    await alembic(engine, "downgrade", PREVIOUS)
+    assert "histstore_checkpoint_text" not in await table_names(engine)
+    await alembic(engine, "upgrade", "head")
+    await alembic(engine, "check")
+    async with histstore.connect(empty_url) as store:
+        assert await store.search("zanzibar") == []
+        model = GenericFakeChatModel(messages=iter([AIMessage("a later pangolin")]))
+        graph = tool_loop(model).compile(checkpointer=HiststoreSaver(store))
+        config: Any = {"configurable": {"thread_id": "t-old"}}
+        out = await graph.ainvoke({"messages": [HumanMessage("later")]}, config)
+        assert [h.position for h in await store.search("pangolin")] == [7]
+        assert await store.search("zanzibar") == []
+    result = await ok("reindex", "--threads", "--url", empty_url)
+    assert "indexed 8 messages of LangGraph threads" in result.out
+    async with histstore.connect(empty_url) as store:
+        assert [h.thread for h in await store.search("zanzibar")] == ["t-old"]
+        assert await text_rows(store, "t-old") == len(out["messages"])
+    await alembic(engine, "downgrade", PREVIOUS)
+    async with histstore.connect(empty_url, migrate=False) as store:
+        found = await HiststoreSaver(store).aget_tuple(config)  # the thread stays
+        assert found is not None
+        assert len(found.checkpoint["channel_values"]["messages"]) == 8
+
+
+async def table_names(engine: AsyncEngine) -> set[str]:
+    async with engine.connect() as conn:
+        return set(await conn.run_sync(lambda c: c.dialect.get_table_names(c)))

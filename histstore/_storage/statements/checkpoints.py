@@ -137,12 +137,11 @@ class CheckpointStatements:
         # The searchable text of list items (``ItemText``; params: its columns and the
         # thread's): the newest item stored at an index replaces the one before.
         text_ins = _dialects.insert(dialect, _text)
-        self.store_text = compile_(
-            text_ins.on_conflict_do_update(
-                index_elements=list(_text.primary_key.columns),
-                set_={"role": text_ins.excluded["role"], "text": text_ins.excluded["text"]},
-            )
+        self.upsert_text: Any = text_ins.on_conflict_do_update(
+            index_elements=list(_text.primary_key.columns),
+            set_={"role": text_ins.excluded["role"], "text": text_ins.excluded["text"]},
         )
+        self.store_text = compile_(self.upsert_text)
         # A value stored whole ends its channel's items at ``length``.
         self.trim_text = compile_(
             delete(_text).where(
