@@ -274,7 +274,9 @@ class Store(EditableCalls):
         own query language. Served by the database's full-text index (SQLite FTS5,
         Postgres ``tsvector`` with GIN) and its pending list, which change in the same
         transaction as the messages: a search finds every write that returned before
-        it. A view searches only its user's conversations.
+        it. A view searches only its user's conversations (and LangGraph threads).
+        Without ``conversation``, LangGraph threads' messages are found too (``Hit.thread``
+        names the thread; docs/search.md), ranked with the conversations' by score.
 
         Args:
             query: words and quoted phrases.

@@ -3,6 +3,7 @@ indexed as they are added, and gone with the thread."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 from cli_runner import ok
-from helpers import alembic
+from helpers import PYTHON, alembic, subprocess_env
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph_graphs import call_weather, tool_loop
@@ -220,3 +221,27 @@ async def test_the_upgrade_leaves_older_threads_to_reindex_and_the_downgrade_dro
 async def table_names(engine: AsyncEngine) -> set[str]:
     async with engine.connect() as conn:
         return set(await conn.run_sync(lambda c: c.dialect.get_table_names(c)))
+
+
+async def test_reindex_threads_without_langgraph_says_what_to_install(tmp_path: Path) -> None:
+    url = str(tmp_path / "lg.db")
+    async with histstore.connect(url) as store:
+        await run(store, "t-x", 1)
+    script = (
+        "import sys\n"
+        "for name in ('langgraph', 'langgraph.checkpoint', 'langchain_core'):\n"
+        "    sys.modules[name] = None\n"
+        "from histstore.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        PYTHON, "-c", script, "reindex", "--threads", "--url", url,
+        env={**subprocess_env(), "NO_COLOR": "1"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode == 1
+    assert "reindexed 0 messages" in out.decode()  # the conversations' part ran
+    assert "threads were not reindexed" in err.decode()
+    assert "pip install 'histstore[langgraph]'" in err.decode()
