@@ -272,17 +272,17 @@ class Store(EditableCalls):
         """Messages whose text holds every word and ``"quoted phrase"`` of ``query``,
         best match first (a higher ``Hit.score``; ties by conversation and position).
 
-        What counts as a message's text is ``histstore.indexed_text``. Words match
-        whole, case-insensitively, without stemming; a phrase matches its words in
-        order. The query is only ever matched as text, never read as the database's
-        own query language. Served by the database's full-text index (SQLite FTS5,
-        Postgres ``tsvector`` with GIN) and its pending list, which change in the same
-        transaction as the messages: a search finds every write that returned before
-        it. A view searches only its user's conversations.
+        What counts as a message's text is ``histstore.indexed_text``. Words match whole,
+        case-insensitively, without stemming; a phrase matches its words in order. The
+        query is only ever matched as text, never as the database's query language.
+        Served by the full-text index (FTS5, ``tsvector`` with GIN) and its pending list,
+        changed in the same transaction as the messages: a search finds every write that
+        returned before it. A view searches only its user's conversations and threads.
 
         Args:
             query: words and quoted phrases.
-            conversation: search only this conversation.
+            conversation: search only this conversation (without it, LangGraph threads'
+                messages are found too, ranked with the rest: ``Hit.thread``).
             limit: at most this many hits.
 
         Raises:

@@ -119,6 +119,10 @@ async def _run_async() -> None:
         install_pooler_hooks(engine)
     try:
         async with engine.begin() as conn:
+            if conn.dialect.name == "sqlite":
+                # SQLite's driver runs DDL outside any transaction unless one is begun:
+                # a revision that fails would leave the ones before it half undone.
+                await conn.exec_driver_sql("BEGIN")
             await conn.run_sync(_run)
     finally:
         await engine.dispose()

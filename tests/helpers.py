@@ -193,12 +193,16 @@ def stable_id(value: object) -> str:
 
 async def alembic(engine: AsyncEngine, action: str, *args: str) -> None:
     """``alembic <action> <args>`` (``upgrade``, ``downgrade``, ``check``...) on one
-    connection of ``engine``, committed."""
+    connection of ``engine``, in one transaction: committed, or rolled back with
+    everything it did when it raises (on SQLite too: its driver would run the DDL
+    outside any transaction, as histstore's own migrations never do)."""
 
     def run(conn: Connection) -> None:
         getattr(command, action)(alembic_config(conn), *args)
 
     async with engine.begin() as conn:
+        if conn.dialect.name == "sqlite":
+            await conn.exec_driver_sql("BEGIN")
         await conn.run_sync(run)
 
 

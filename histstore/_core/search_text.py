@@ -34,16 +34,24 @@ _RESULTS = frozenset(
 @dataclass(frozen=True)
 class Hit:
     """A message found by a search: where it is, the message, and how well it matched
-    (a higher ``score`` is a better match; scores compare within one search only)."""
+    (a higher ``score`` is a better match; scores compare within one search only).
+
+    A message of a LangGraph thread (``HiststoreSaver``) names the thread in
+    ``thread``; then ``conversation`` is the thread id too, ``position`` the message's
+    index in its channel's list, and ``message`` holds its ``role`` and its text as
+    ``content`` (the text the search indexed). ``thread`` is ``None`` for a message of a
+    conversation."""
 
     conversation: str
-    """The id of the conversation the message is in."""
+    """The id of the conversation the message is in (of its thread, for a thread's)."""
     position: int
-    """The message's position in that conversation."""
+    """The message's position in that conversation (its index, for a thread's)."""
     message: Message
     """The message found."""
     score: float
     """How well it matched: higher is better, within one search only."""
+    thread: str | None = None
+    """The LangGraph thread the message is in (``None``: a conversation's message)."""
 
 
 def indexed_text(message: Message | Mapping[str, Any]) -> str | None:

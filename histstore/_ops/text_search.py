@@ -56,10 +56,25 @@ class TextSearch:
             rows = await executor.fetch(stmt, params, action="search", conversation=conversation)
             executor.index_soon()  # Postgres: what it made vectors for, the next one need not
         convert = ctx.sql.created_at
-        return [
+        hits = [
             Hit(r[0], int(r[1]), stored_message(r[2], int(r[1]), r[3], convert), float(r[4]))
             for r in rows
         ]
+        if conversation is not None:
+            return hits
+        thread_params = {"q": params["q"], "limit": n}
+        if ctx.owner is not None:
+            thread_params["owner"] = ctx.owner
+        found = await executor.fetch(ctx.sql.thread_search, thread_params, action="search")
+        hits += [
+            Hit(r[0], int(r[3]), as_message({"role": r[4], "content": r[5]}), float(r[6]), r[0])
+            for r in found
+        ]
+        # Both indexes rank with the same function (bm25, ts_rank_cd) over the same
+        # tokens: the best of the two lists, a conversation's message before a thread's
+        # on a tie.
+        hits.sort(key=lambda h: (-h.score, h.thread is not None, h.conversation, h.position))
+        return hits[:n]
 
     def _with_list(
         self, stmt: CompiledStatement, unlisted: CompiledStatement, params: Any, n: int

@@ -3,13 +3,23 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Index, Integer, LargeBinary, PrimaryKeyConstraint, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Index,
+    Integer,
+    LargeBinary,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+)
 
 from .schema import ID, UTCDateTime, metadata
 
 __all__ = [
     "checkpoint_blobs",
     "checkpoint_channels",
+    "checkpoint_text",
     "checkpoint_threads",
     "checkpoint_writes",
     "checkpoints",
@@ -94,4 +104,24 @@ checkpoint_writes = Table(
     Column("type", Text, nullable=False),
     Column("blob", LargeBinary, nullable=False),
     PrimaryKeyConstraint("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"),
+)
+
+# The text search finds a thread's messages by (``store.search``): one row per item of a
+# list channel holding LangChain messages, by its index in the list, with the message's
+# role and text (``_core.search_text.indexed_text``). Written with the values that add
+# the items, in the same transaction; an item's row is the text of the newest value
+# stored with an item at that index (a value stored whole also drops the rows past its
+# end). The full-text index on ``text`` is the migration's (revision 6b2d9e4f1a37):
+# SQLite's FTS5 table ``histstore_checkpoint_text_fts``, Postgres's GIN index
+# ``ix_histstore_checkpoint_text_vector``.
+checkpoint_text = Table(
+    "histstore_checkpoint_text",
+    metadata,
+    Column("thread_id", ID, nullable=False),
+    Column("checkpoint_ns", Text, nullable=False),
+    Column("channel", Text, nullable=False),
+    Column("idx", BigInteger, nullable=False),
+    Column("role", Text, nullable=False),
+    Column("text", Text, nullable=False),
+    PrimaryKeyConstraint("thread_id", "checkpoint_ns", "channel", "idx"),
 )

@@ -42,11 +42,14 @@ __all__ = [
     "LISTED_CHANGE",
     "ONE",
     "PG_SEARCH_TABLES",
+    "THREAD_FTS",
+    "THREAD_TEXT_INDEX",
     "VERSION_TABLE",
     "asides",
     "changes",
     "checkpoint_blobs",
     "checkpoint_channels",
+    "checkpoint_text",
     "checkpoint_threads",
     "checkpoint_writes",
     "checkpoints",
@@ -81,6 +84,10 @@ database) of the messages on the full-text index's pending list (``_storage.sear
 PG_SEARCH_TABLES = ("histstore_search_vectors", "histstore_search_listed")
 """Postgres's full-text index: the vectors and their pending list (revision e9a4c2f8b5d1;
 the list renamed by c8d2f4a6e1b9; described in ``_storage.statements.search``)."""
+THREAD_FTS = "histstore_checkpoint_text_fts"
+"""SQLite's full-text index of ``checkpoint_text.text`` (an FTS5 table kept by triggers)."""
+THREAD_TEXT_INDEX = "ix_histstore_checkpoint_text_vector"
+"""Postgres's full-text index of ``checkpoint_text.text``: GIN on its ``to_tsvector``."""
 MESSAGE_ENTRY_INDEX = "ix_histstore_messages_entry"
 """Postgres: messages by ``(conversation_id, entry_id)``, how the full-text index names them."""
 VECTORS_FOREIGN_KEY = "fk_histstore_vectors_conversation_id_histstore_messages"
@@ -95,9 +102,11 @@ def described(name: str | None, type_: str) -> bool:
     if name is None:
         return True
     if type_ == "table":
-        return not name.startswith(FTS_TABLE) and name not in PG_SEARCH_TABLES
+        return not name.startswith((FTS_TABLE, THREAD_FTS)) and name not in PG_SEARCH_TABLES
     if type_ == "index":
-        return name != MESSAGE_ENTRY_INDEX and not any(t in name for t in PG_SEARCH_TABLES)
+        return name not in (MESSAGE_ENTRY_INDEX, THREAD_TEXT_INDEX) and not any(
+            t in name for t in PG_SEARCH_TABLES
+        )
     if type_ == "foreign_key_constraint":  # SQLite's tables keep it, unenforced
         return name != VECTORS_FOREIGN_KEY
     return True
@@ -406,6 +415,7 @@ leases = Table(
 from .checkpoint_tables import (  # noqa: E402 - they are made in the metadata above
     checkpoint_blobs,
     checkpoint_channels,
+    checkpoint_text,
     checkpoint_threads,
     checkpoint_writes,
     checkpoints,

@@ -69,8 +69,8 @@ async def export_store(
     readable_threads: Readable | None = None,
 ) -> TransferStats:
     """Write the store's conversations, LangGraph threads and memory items as JSON Lines
-    (format version 4, ``_transfer.format``; version 3 when no memory item is written, 2
-    when no thread either): everything but idempotency records, editable history
+    (format version 4, ``_transfer.format``; version 2 when neither a thread nor a memory
+    item is written): everything but idempotency records, editable history
     included (entry ids and authors, asides, halts, turn records and the change log as
     stored), each thread's checkpoints, channel values and pending writes as stored, and
     each unexpired memory item with its times, expiry and vectors as stored.
@@ -117,7 +117,7 @@ async def export_store(
     # full disk) is raised as the stream raised it, never taken for the database's.
     writer = cast(IO[str], _Output(out))
     try:
-        writer.write(header_line(FORMAT_VERSION if with_items else 3 if with_threads else 2))
+        writer.write(header_line(FORMAT_VERSION if with_items or with_threads else 2))
         async with aclosing(source.pages()) as pages:
             async for page in pages:
                 for conv in page.convs:

@@ -69,9 +69,9 @@ of each type, and a reader checks them. Its other keys are for people and tools 
 Idempotency records are not exported. The footer counts every conversation record,
 message record, thread record, checkpoint record and memory record; a reader checks them.
 A reader refuses a file whose ``version`` is newer than it knows. An export that holds
-no memory item is written as version 3 (without memory records or ``items``), one that
-holds no thread either as version 2 (without thread records or counts), so older
-histstore versions read it. Version 1 is version 2 without the editable history (no
+neither a thread nor a memory item is written as version 2 (without their records or
+counts), so older histstore versions read it; version 3 is version 4 without memory
+records and threads' ``text`` records. Version 1 is version 2 without the editable history (no
 such keys or records): its messages get new entry ids, 1 to N, and its
 conversations a change log of one record of kind ``"import"`` holding their entries.
 """

@@ -10,8 +10,17 @@ it; it is public so other adapters can be too. ``threads()``, ``thread()``,
 from ._storage import Blob as Blob
 from ._storage import CheckpointInfo as CheckpointInfo
 from ._storage import CheckpointStore as CheckpointStore
+from ._storage import ItemText as ItemText
 from ._storage import StoredCheckpoint as StoredCheckpoint
 from ._storage import ThreadInfo as ThreadInfo
 from ._storage import Write as Write
 
-__all__ = ["Blob", "CheckpointInfo", "CheckpointStore", "StoredCheckpoint", "ThreadInfo", "Write"]
+__all__ = [
+    "Blob",
+    "CheckpointInfo",
+    "CheckpointStore",
+    "ItemText",
+    "StoredCheckpoint",
+    "ThreadInfo",
+    "Write",
+]

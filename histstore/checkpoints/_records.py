@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["Blob", "StoredCheckpoint", "Write", "as_bytes", "with_parts"]
+__all__ = ["Blob", "ItemText", "StoredCheckpoint", "Write", "as_bytes", "with_parts"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,21 @@ class Blob:
     """The serializer's type tag (LangGraph's ``serde`` pair)."""
     blob: bytes | None
     base: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemText:
+    """What the text search finds an item of a list channel by: the item's index in the
+    channel's value, its role and its text (``store.search`` names the thread)."""
+
+    channel: str
+    """The list channel (e.g. ``messages``)."""
+    idx: int
+    """The item's index in the channel's value."""
+    role: str
+    """The item's role, as a conversation's message has it."""
+    text: str
+    """The item's text, as ``indexed_text`` reads a message's."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ __all__ = [
     "CHANNELS",
     "CHECKPOINTS",
     "CHUNK",
+    "TEXT",
     "THREADS",
     "WRITES",
     "CheckpointScope",
@@ -33,6 +34,7 @@ CHECKPOINTS = s.checkpoints
 BLOBS = s.checkpoint_blobs
 CHANNELS = s.checkpoint_channels
 WRITES = s.checkpoint_writes
+TEXT = s.checkpoint_text
 CHUNK = 400
 """Keys per ``IN`` list (well under SQLite's and asyncpg's parameter limits)."""
 

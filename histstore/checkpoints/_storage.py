@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from ._catalog import CheckpointInfo, ThreadInfo
 from ._reads import CheckpointReads
-from ._records import Blob, StoredCheckpoint, Write
+from ._records import Blob, ItemText, StoredCheckpoint, Write
 from ._threads import ThreadOperations
 from ._writes import CheckpointWrites
 
@@ -44,6 +44,7 @@ __all__ = [
     "Blob",
     "CheckpointInfo",
     "CheckpointStore",
+    "ItemText",
     "StoredCheckpoint",
     "ThreadInfo",
     "Write",

@@ -4,7 +4,7 @@ thread to its newest checkpoints, copy a thread; each locks the threads it chang
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func, literal, select, tuple_, update
@@ -14,7 +14,8 @@ from .._errors import ConflictError, NotFound
 from .._ops.listing import idle_cutoff
 from .._storage.rows import now as clock
 from ._catalog import ThreadCatalog
-from ._scope import BLOBS, CHANNELS, CHECKPOINTS, THREADS, WRITES, chunks
+from ._records import ItemText
+from ._scope import BLOBS, CHANNELS, CHECKPOINTS, TEXT, THREADS, WRITES, chunks
 
 __all__ = ["DELTA_KEY", "ThreadOperations"]
 
@@ -40,7 +41,7 @@ class ThreadOperations(ThreadCatalog):
                 changed = select(THREADS.c.updated_at).where(THREADS.c.thread_id == thread_id)
                 if (await conn.execute(changed)).scalar_one() >= idle_before:
                     return False
-            for table in (WRITES, CHANNELS, BLOBS, CHECKPOINTS, THREADS):
+            for table in (WRITES, CHANNELS, BLOBS, TEXT, CHECKPOINTS, THREADS):
                 await conn.execute(delete(table).where(table.c.thread_id == thread_id))
             return True
 
@@ -179,7 +180,7 @@ class ThreadOperations(ThreadCatalog):
             params = {"thread_id": target, "owner": found[0], "now": now}
             if (await conn.execute(self._sql.create_thread, params)).first() is None:
                 raise ConflictError(f"thread {target!r} already exists")
-            for table in (CHECKPOINTS, CHANNELS, BLOBS, WRITES):
+            for table in (CHECKPOINTS, CHANNELS, BLOBS, WRITES, TEXT):
                 names = [c.name for c in table.columns]
                 cols = [
                     literal(target, type_=table.c.thread_id.type).label("thread_id")
@@ -195,6 +196,34 @@ class ThreadOperations(ThreadCatalog):
 
         await self._run("write", f"copying thread {source!r}", work)
 
+    async def index_text(
+        self, thread_id: str, checkpoint_ns: str, texts: Sequence[ItemText], ends: Mapping[str, int]
+    ) -> bool:
+        """Make the namespace's searchable text hold ``texts`` (``put``'s ``texts`` and
+        ``text_ends``: each replaces the text at its channel and index; a channel of
+        ``ends`` loses its text past that index), in one transaction; ``False`` (nothing
+        done) for a thread this view does not see. For rebuilding the text of values
+        stored before it was kept (``HiststoreSaver.areindex_text``)."""
+
+        async def work(conn: AsyncConnection) -> bool:
+            if not await self._lock_visible(conn, [thread_id]):
+                return False
+            key = (TEXT.c.thread_id == thread_id, TEXT.c.checkpoint_ns == checkpoint_ns)
+            for channel, length in sorted(ends.items()):
+                await conn.execute(
+                    delete(TEXT).where(*key, TEXT.c.channel == channel, TEXT.c.idx >= length)
+                )
+            rows = [
+                {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "channel": t.channel}
+                | {"idx": t.idx, "role": t.role, "text": t.text}
+                for t in texts
+            ]
+            for chunk in chunks(rows):
+                await conn.execute(self._sql.upsert_text, list(chunk))
+            return True
+
+        return await self._run("write", f"indexing thread {thread_id!r}", work)
+
     async def _lock_visible(self, conn: AsyncConnection, thread_ids: Sequence[str]) -> list[str]:
         """Lock the thread rows (in id order) this view may see; returns their ids."""
         params = {"threads": list(thread_ids), "owner": self._owner}
@@ -202,7 +231,8 @@ class ThreadOperations(ThreadCatalog):
 
     async def _collect_blobs(self, conn: AsyncConnection, thread_id: str, ns: str) -> None:
         """Delete the namespace's channel values that no remaining checkpoint reads (a
-        value read as the ``base`` a read value extends is read too)."""
+        value read as the ``base`` a read value extends is read too), and the text of
+        the channels left with no value."""
         listed = select(CHANNELS.c.channel, CHANNELS.c.version).where(
             CHANNELS.c.thread_id == thread_id, CHANNELS.c.checkpoint_ns == ns
         )
@@ -225,6 +255,15 @@ class ThreadOperations(ThreadCatalog):
                     BLOBS.c.thread_id == thread_id,
                     BLOBS.c.checkpoint_ns == ns,
                     tuple_(BLOBS.c.channel, BLOBS.c.version).in_(list(chunk)),
+                )
+            )
+        emptied = sorted({c for c, _ in unused} - {c for c, _ in used})
+        for chunk in chunks(emptied):
+            await conn.execute(
+                delete(TEXT).where(
+                    TEXT.c.thread_id == thread_id,
+                    TEXT.c.checkpoint_ns == ns,
+                    TEXT.c.channel.in_(list(chunk)),
                 )
             )
 

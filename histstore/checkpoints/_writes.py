@@ -11,7 +11,7 @@ from typing import Any
 from .._errors import NotFound
 from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, Rollback, Step
 from .._storage.rows import now as clock
-from ._records import Blob, Write
+from ._records import Blob, ItemText, Write
 from ._scope import CheckpointScope
 
 __all__ = ["CheckpointWrites"]
@@ -58,6 +58,8 @@ class CheckpointWrites(CheckpointScope):
         run_id: str | None,
         blobs: Mapping[str, str],
         new_blobs: Sequence[Blob] = (),
+        texts: Sequence[ItemText] = (),
+        text_ends: Mapping[str, int] | None = None,
     ) -> bool:
         """Store a checkpoint (replacing one with the same id) in one transaction.
 
@@ -68,6 +70,10 @@ class CheckpointWrites(CheckpointScope):
                 that version is stored.
             metadata: a JSON object, as text.
             run_id: the run that made it (``delete_runs`` finds it by this).
+            texts: the searchable text of list items this put stores (each replaces the
+                text stored at its channel and index), stored with the values.
+            text_ends: channel -> length of a list value stored whole: its channel's
+                text past that index is deleted.
 
         Returns:
             ``True``; ``False`` when a new value's ``base`` is not stored (nor the value
@@ -101,12 +107,22 @@ class CheckpointWrites(CheckpointScope):
             {**key, "checkpoint_id": checkpoint_id, "channel": channel, "version": version}
             for channel, version in blobs.items()
         ]
+        text_rows = [
+            {**key, "channel": t.channel, "idx": t.idx, "role": t.role, "text": t.text}
+            for t in texts
+        ]
+        end_rows = [
+            {**key, "channel": channel, "length": length}
+            for channel, length in (text_ends or {}).items()
+        ]
         sql = self._sql
         action = f"saving a checkpoint of thread {thread_id!r}"
         if sql.put_alone is not None:
             params: dict[str, Any] = {**row, "owner": self._owner, "now": now}
             params.update(_arrays("d", deltas + whole))
             params.update(_arrays("c", channel_rows))
+            params.update(_arrays("t", text_rows))
+            params.update(_arrays("e", end_rows))
             alone = sql.put_alone
 
             def one() -> Generator[Step, Any, bool]:
@@ -132,6 +148,10 @@ class CheckpointWrites(CheckpointScope):
             if channel_rows:
                 yield EXECUTE_MANY, sql.store_channels, channel_rows
             yield EXECUTE, sql.store_checkpoint, row
+            for end in end_rows:
+                yield EXECUTE, sql.trim_text, end
+            if text_rows:
+                yield EXECUTE_MANY, sql.store_text, text_rows
             return True
 
         return await self._executor.write(program(), action=action)
@@ -196,6 +216,8 @@ class CheckpointWrites(CheckpointScope):
 _ARRAY_COLUMNS = {
     "d": ("channel", "version", "type", "blob", "base"),
     "c": ("channel", "version"),
+    "t": ("channel", "idx", "role", "text"),
+    "e": ("channel", "length"),
     "p": ("task_id", "idx", "task_path", "channel", "type", "blob"),
 }
 

@@ -179,6 +179,8 @@ async def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         for h in hits:
             record = {"conversation": h.conversation, "position": h.position, "score": h.score}
+            if h.thread is not None:
+                record["thread"] = h.thread
             print(json.dumps({**record, "message": h.message.to_dict()}, ensure_ascii=False))
         return 0
     printer = HitPrinter(sys.stdout, query, color=args.color)
@@ -198,8 +200,30 @@ async def cmd_reindex(args: argparse.Namespace) -> int:
             n = await admin.reindex(view, progress=lambda d, t: bar.update(d, t, "messages"))
         finally:
             bar.close()
-    print(f"reindexed {n:,} messages ({bar.done:,} checked) {bar.took()}")
+        print(f"reindexed {n:,} messages ({bar.done:,} checked) {bar.took()}")
+        if args.threads:
+            return await _reindex_threads(view)
     return 0
+
+
+async def _reindex_threads(store: Store) -> int:
+    """``reindex --threads``: the LangGraph threads' message text, decoded by the saver."""
+    try:
+        from histstore.integrations.langgraph import HiststoreSaver
+    except ImportError:
+        print(MISSING_THREAD_SERDE, file=sys.stderr)
+        return 1
+    bar = ProgressLine("reindex")
+    n = await HiststoreSaver(store).areindex_text()
+    print(f"indexed {n:,} messages of LangGraph threads {bar.took()}")
+    return 0
+
+
+MISSING_THREAD_SERDE = (
+    "histstore: LangGraph threads were not reindexed: decoding them needs LangGraph's"
+    " serializer (langgraph-checkpoint), which is not installed; install it with:"
+    " pip install 'histstore[langgraph]'"
+)
 
 
 async def cmd_backup(args: argparse.Namespace) -> int:

@@ -263,7 +263,13 @@ def build_parser() -> argparse.ArgumentParser:
         c.cmd_reindex,
         "recompute every message's search text and index (and adapter envelopes' roles)",
     )
-    user_option(p, "only this user's conversations")
+    user_option(p, "only this user's conversations (and threads)")
+    p.add_argument(
+        "--threads",
+        action="store_true",
+        help="also rebuild LangGraph threads' message text from their newest checkpoints"
+        " (needs langgraph installed)",
+    )
 
     p = command(
         "backup",

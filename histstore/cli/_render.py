@@ -318,8 +318,9 @@ def snippet(
 
 
 class HitPrinter:
-    """Prints search hits: conversation, position, role and score, then a snippet of the
-    message's indexed text with the query's words marked (plain text off a terminal)."""
+    """Prints search hits: conversation (``thread <id>`` for a LangGraph thread's
+    message), position, role and score, then a snippet of the message's indexed text
+    with the query's words marked (plain text off a terminal)."""
 
     def __init__(self, out: IO[str], query: str, *, color: str = "auto") -> None:
         self.out = out
@@ -329,7 +330,10 @@ class HitPrinter:
     def hit(self, hit: histstore.Hit) -> None:
         m = hit.message
         style = self.style
-        head = f"{style.bold(hit.conversation)}  #{hit.position}  {style.role(m.role, m.role)}"
+        where = style.bold(hit.conversation)
+        if hit.thread is not None:  # a LangGraph thread's message, by its index
+            where = f"thread {style.bold(hit.thread)}"
+        head = f"{where}  #{hit.position}  {style.role(m.role, m.role)}"
         self.out.write(f"{head}  {style.dim(f'score {hit.score:.4g}')}\n")
         text = histstore.indexed_text(m)
         if text is None:

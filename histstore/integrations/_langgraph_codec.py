@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 from uuid import UUID
 
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -23,8 +24,8 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from histstore import InvalidId, InvalidMessage, validate_id
-from histstore.checkpoints import Blob, CheckpointStore, StoredCheckpoint, Write
+from histstore import InvalidId, InvalidMessage, indexed_text, validate_id
+from histstore.checkpoints import Blob, CheckpointStore, ItemText, StoredCheckpoint, Write
 
 from ._langgraph_values import (
     ChannelKey,
@@ -34,6 +35,7 @@ from ._langgraph_values import (
     rebuild,
     store_whole,
 )
+from .langchain import to_stored
 
 __all__ = [
     "Put",
@@ -148,6 +150,8 @@ def dump_put(
     blobs = {k: str(versions[k]) for k in values if k not in inline and k in versions}
     new_blobs = []
     remember = []
+    texts: list[ItemText] = []
+    ends: dict[str, int] = {}
     for k in new_versions:
         if k not in blobs:
             continue
@@ -166,6 +170,12 @@ def dump_put(
                 continue
             now = whole
         remember.append(((thread_id, ns, k), now))
+        # Only the items this value adds to the one stored before get their text; a
+        # value that does not extend it is indexed whole and ends the channel's text.
+        start = len(known.items) if known is not None and known.extended_by(value) else 0
+        texts.extend(item_texts(k, value, start))
+        if not start:
+            ends[k] = len(value)
     copy = cast(dict[str, Any], checkpoint.copy())
     copy["channel_values"] = inline
     type_, payload = serde.dumps_typed(copy)
@@ -183,9 +193,25 @@ def dump_put(
             "run_id": None if run_id is None else str(run_id),
             "blobs": blobs,
             "new_blobs": new_blobs,
+            "texts": texts,
+            "text_ends": ends,
         },
         remember,
     )
+
+
+def item_texts(channel: str, items: list[Any], start: int) -> list[ItemText]:
+    """The searchable text of the LangChain messages among ``items[start:]`` (by their
+    index in the list): their role and ``histstore.indexed_text`` of the message as a
+    LangChain history stores it (its content's text and its tool calls' arguments)."""
+    found = []
+    for idx in range(start, len(items)):
+        item = items[idx]
+        if isinstance(item, BaseMessage):
+            stored = to_stored(item)
+            text = indexed_text(stored) or ""
+            found.append(ItemText(channel, idx, str(stored.get("role", item.type)), text))
+    return found
 
 
 def dump_writes(

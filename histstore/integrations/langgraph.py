@@ -48,6 +48,7 @@ import random
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
+from histstore import NotFound
 from histstore.checkpoints import CheckpointStore, StoredCheckpoint
 from histstore.integrations import StoreTarget, _missing_framework, _StoreHandle
 
@@ -70,6 +71,7 @@ from ._langgraph_codec import (
     config_of,
     dump_put,
     dump_writes,
+    item_texts,
     list_args,
     load,
     locate,
@@ -257,6 +259,37 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
         ids = [as_thread_id(t) for t in thread_ids]
         self._recent.forget(ids)
         await self._bridge.acall(lambda cs: cs.prune(ids, keep_latest=strategy == "keep_latest"))
+
+    async def areindex_text(self, thread_ids: Sequence[str] | None = None) -> int:
+        """Rebuild the searchable text (``store.search``) of threads (every thread this
+        saver sees, for ``None``) from the newest checkpoint of each namespace: its list
+        channels' LangChain messages, each thread and namespace in its own transaction.
+        For threads stored before histstore kept that text (revision 6b2d9e4f1a37) or
+        imported from a file without it. Returns how many messages it indexed; an
+        unknown thread is skipped."""
+        storage = await self._bridge.resource()
+        if thread_ids is None:
+            ids = [info.thread_id for info in await storage.threads()]
+        else:
+            ids = [as_thread_id(t) for t in thread_ids]
+        indexed = 0
+        for thread_id in ids:
+            try:
+                info = await storage.thread(thread_id)
+            except NotFound:
+                continue
+            for ns in info.namespaces:
+                newest: RunnableConfig = {
+                    "configurable": {"thread_id": thread_id, "checkpoint_ns": ns}
+                }
+                got = await self.aget_tuple(newest)
+                values = {} if got is None else got.checkpoint["channel_values"]
+                lists = {k: v for k, v in values.items() if type(v) is list}
+                texts = [t for k, v in sorted(lists.items()) for t in item_texts(k, v, 0)]
+                ends = {k: len(v) for k, v in lists.items()}
+                if await storage.index_text(thread_id, ns, texts, ends):
+                    indexed += len(texts)
+        return indexed
 
     # ------------------------------------------------------------------ sync API
 

@@ -73,7 +73,7 @@ async def test_export_and_import_carry_every_checkpoint_value_and_write(
 
     text = await export_text(store, batch=3)  # threads larger than a batch
     records = [json.loads(line) for line in text.splitlines()]
-    assert records[0]["version"] == 3
+    assert records[0]["version"] == 4  # threads carry their messages' text records
     assert records[-1]["threads"] == 2
     assert records[-1]["checkpoints"] == sum(len(v) for v in before.values())
 

@@ -18,10 +18,12 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Integer,
     LargeBinary,
     Text,
     bindparam,
+    delete,
     exists,
     func,
     literal_column,
@@ -44,6 +46,7 @@ _cp = s.checkpoints
 _blobs = s.checkpoint_blobs
 _chans = s.checkpoint_channels
 _writes = s.checkpoint_writes
+_text = s.checkpoint_text
 
 
 class CheckpointStatements:
@@ -129,6 +132,23 @@ class CheckpointStatements:
         self.store_delta = compile_(
             delta.on_conflict_do_nothing(index_elements=list(_blobs.primary_key.columns)).returning(
                 _blobs.c.version
+            )
+        )
+        # The searchable text of list items (``ItemText``; params: its columns and the
+        # thread's): the newest item stored at an index replaces the one before.
+        text_ins = _dialects.insert(dialect, _text)
+        self.upsert_text: Any = text_ins.on_conflict_do_update(
+            index_elements=list(_text.primary_key.columns),
+            set_={"role": text_ins.excluded["role"], "text": text_ins.excluded["text"]},
+        )
+        self.store_text = compile_(self.upsert_text)
+        # A value stored whole ends its channel's items at ``length``.
+        self.trim_text = compile_(
+            delete(_text).where(
+                _text.c.thread_id == bindparam("thread_id"),
+                _text.c.checkpoint_ns == bindparam("checkpoint_ns"),
+                _text.c.channel == bindparam("channel"),
+                _text.c.idx >= bindparam("length", type_=BigInteger),
             )
         )
         # Whether a channel value is stored (params: thread_id, checkpoint_ns, channel,
@@ -274,11 +294,34 @@ def _put_alone(touch: Any) -> Any:
         index_elements=list(_cp.primary_key.columns),
         set_={name: new_row.excluded[name] for name in replaced},
     ).cte("row")
+    items = _arrays("t", channel=text_, idx=BigInteger(), role=text_, text=text_)
+    new_text = postgresql.insert(_text).from_select(
+        [c.name for c in _text.columns],
+        select(
+            ok.c.thread_id, ns, items.c.channel, items.c.idx, items.c.role, items.c.text
+        ).select_from(ok.join(items, literal_column("true"))),
+    )
+    texts = new_text.on_conflict_do_update(
+        index_elements=list(_text.primary_key.columns),
+        set_={"role": new_text.excluded["role"], "text": new_text.excluded["text"]},
+    ).cte("texts")
+    ends = _arrays("e", channel=text_, length=BigInteger())
+    trimmed = (
+        delete(_text)
+        .where(
+            _text.c.thread_id.in_(select(ok.c.thread_id)),
+            _text.c.checkpoint_ns == ns,
+            exists().where(ends.c.channel == _text.c.channel, _text.c.idx >= ends.c.length),
+        )
+        .cte("trimmed")
+    )
     counted = [
         select(func.count()).select_from(touched).scalar_subquery(),
         select(func.count()).select_from(ok).scalar_subquery(),
     ]
-    return select(*counted).add_cte(values).add_cte(chans).add_cte(row)
+    return (
+        select(*counted).add_cte(values).add_cte(chans).add_cte(row).add_cte(texts).add_cte(trimmed)
+    )
 
 
 def _writes_alone(touch: Any, replace: bool) -> Any:

@@ -49,9 +49,11 @@ from .. import schema as s
 from ..drivers import EXECUTE, FETCH, Step
 
 __all__ = [
+    "PG_CONFIG",
     "ListedInserts",
     "SearchStatements",
     "message_text",
+    "pg_query",
     "search",
     "search_pending",
     "search_terms",
@@ -99,6 +101,27 @@ search_pending = Table(
 )
 
 
+PG_CONFIG: ColumnElement[Any] = literal_column("'simple'::regconfig")
+"""Postgres's text search configuration of every full-text index."""
+
+
+def pg_query() -> Any:
+    """Postgres: the CTE ``query`` whose ``q`` is the tsquery of the ``q`` parameter
+    (``search_terms``' value): every term a phrase, all of them required."""
+    term = (
+        func.unnest(bindparam("q", type_=postgresql.ARRAY(Text))).table_valued("t").render_derived()
+    )
+    phrase = func.phraseto_tsquery(PG_CONFIG, term.c.t)
+    # Each term is parsed as a phrase by Postgres itself; the parts are joined with
+    # & as tsquery text, which Postgres quotes and escapes in its own output.
+    joined = (
+        select(func.string_agg("(" + cast(phrase, Text) + ")", literal_column("' & '")))
+        .where(func.numnode(phrase) > 0)
+        .scalar_subquery()
+    )
+    return select(cast(joined, postgresql.TSQUERY).label("q")).cte("query")
+
+
 OWNER = bindparam("owner", type_=s.conversations.c.owner.type)
 """The ``owner`` parameter of a scoped search."""
 
@@ -121,21 +144,8 @@ def search(
     msg, conv = s.messages, s.conversations
     conv_id = bindparam("c", type_=msg.c.conversation_id.type)
     if dialect.name == "postgresql":
-        config: ColumnElement[Any] = literal_column("'simple'::regconfig")
-        term = (
-            func.unnest(bindparam("q", type_=postgresql.ARRAY(Text)))
-            .table_valued("t")
-            .render_derived()
-        )
-        phrase = func.phraseto_tsquery(config, term.c.t)
-        # Each term is parsed as a phrase by Postgres itself; the parts are joined with
-        # & as tsquery text, which Postgres quotes and escapes in its own output.
-        joined = (
-            select(func.string_agg("(" + cast(phrase, Text) + ")", literal_column("' & '")))
-            .where(func.numnode(phrase) > 0)
-            .scalar_subquery()
-        )
-        query = select(cast(joined, postgresql.TSQUERY).label("q")).cte("query")
+        config: ColumnElement[Any] = PG_CONFIG
+        query = pg_query()
         vec, pending = search_vectors, search_pending
 
         def run_holds(conversation: ColumnElement[Any], entry: ColumnElement[Any]) -> Any:

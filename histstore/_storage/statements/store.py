@@ -32,6 +32,7 @@ from . import dialects as _dialects
 from . import search as _search
 from .editing import EditStatements
 from .grouped_reads import read_group_statement
+from .thread_search import thread_search
 
 __all__ = ["Statements"]
 
@@ -436,3 +437,4 @@ class Statements:
         found = _search.SearchStatements(compile_, dialect, scoped, owner)
         self.search, self.search_unlisted = found.search, found.unlisted
         self.reindex_page, self.set_indexed = found.reindex_page, found.set_indexed
+        self.thread_search = compile_(thread_search(dialect, scoped))

@@ -15,7 +15,7 @@ from typing import IO, Any, TypeVar
 from ..._errors import HistStoreError
 from ..format import Progress, Reader, TransferStats, row_line, thread_end_line, thread_line
 from .read import StoredThread, ThreadSource
-from .rows import KINDS, THREADS, check_row, check_thread, decode_row, encode_row
+from .rows import KINDS, OPTIONAL_KINDS, THREADS, check_row, check_thread, decode_row, encode_row
 from .write import ThreadTarget
 
 __all__ = ["Readable", "copy_threads", "export_threads", "import_threads"]
@@ -143,9 +143,11 @@ def _checked(reader: Reader, tid: str, check: Callable[..., T], *args: Any) -> T
 
 
 def _counts(reader: Reader, tid: str, value: object) -> dict[str, int]:
-    if not isinstance(value, Mapping) or set(value) != set(KINDS):
+    if not isinstance(value, Mapping) or not set(KINDS) - OPTIONAL_KINDS <= set(value) <= set(
+        KINDS
+    ):
         raise reader.error(f"thread {tid!r}: 'rows' must count {', '.join(KINDS)}")
-    return {kind: reader.count(value, kind) for kind in KINDS}
+    return {kind: reader.count(value, kind) if kind in value else 0 for kind in KINDS}
 
 
 async def _file_rows(

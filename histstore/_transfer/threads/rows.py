@@ -30,6 +30,7 @@ from ..format import time_text
 
 __all__ = [
     "KINDS",
+    "OPTIONAL_KINDS",
     "ROW_BATCH",
     "THREADS",
     "RowDigest",
@@ -44,8 +45,14 @@ KINDS: dict[str, Table] = {
     "blob": s.checkpoint_blobs,
     "channel": s.checkpoint_channels,
     "write": s.checkpoint_writes,
+    "text": s.checkpoint_text,
 }
-"""The record type of each checkpoint table's rows, in the order a thread carries them."""
+"""The record type of each checkpoint table's rows, in the order a thread carries them.
+``text`` (the search's text of the thread's messages, revision 6b2d9e4f1a37) may be
+missing from a file's counts (one exported before it): its thread is imported
+unindexed."""
+OPTIONAL_KINDS = frozenset({"text"})
+"""Record types a thread's ``rows`` counts may leave out (as none)."""
 
 ROW_BATCH = 100
 """Checkpoint rows read or written at a time, at most (fewer when a transfer's ``batch``
