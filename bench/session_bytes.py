@@ -519,6 +519,9 @@ async def run_postgres(admin_url: str, cfg: Config) -> dict[str, Any]:
 
         results.append(await compare("OpenAI Agents", oa_sizes, oa_sides, cfg))
 
+        async with histstore.connect(urls["adk_hs"], migrate=True):
+            pass  # Postgres is migrated on request only
+
         @asynccontextmanager
         async def adk_sides() -> AsyncIterator[list[Side]]:
             ours = HiststoreSessionService(urls["adk_hs"])
