@@ -207,3 +207,19 @@ def test_quick_growth_run_times_every_operation_at_two_sizes(
         assert r["big_us"] > 0
         assert r["sizes"][1] == 3 * r["sizes"][0]
     assert any(line.startswith(f"{backend}: ") and "above 2.0x" in line for line in lines)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_quick_session_bytes_run_compares_both_adapters_with_the_frameworks_stores(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    pg_url = request.getfixturevalue("pg_url") if backend == "postgres" else None
+    lines, doc = run_quick("session_bytes.py", tmp_path, pg_url)
+    comparisons = doc["results"][backend]["comparisons"]
+    assert [c["label"] for c in comparisons] == ["OpenAI Agents", "ADK"]
+    for c in comparisons:
+        assert len(c["sides"]) == 2
+        for side in c["sides"].values():
+            assert side["bytes_per_turn"] > 0
+            assert side["turn_mean_ms"] > 0
+    assert sum(line.startswith(backend) for line in lines) == 4
