@@ -9,7 +9,7 @@ import sqlite3
 import sys
 import sysconfig
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -84,17 +84,6 @@ def connections_in_use(store: histstore.Store) -> int:
     (the connections the store keeps for its next calls do not count)."""
     checked_out: int = store.engine.pool.checkedout()  # type: ignore[attr-defined]
     return checked_out - store.diagnostics().idle_connections
-
-
-async def until(holds: Callable[[], bool], within: float = 10.0) -> None:
-    """Return once ``holds()`` is true (a state a test waits for, such as
-    ``store.diagnostics()``'s), looking again every millisecond; fail after
-    ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not holds():
-        assert loop.time() < deadline, "the state waited for never came"
-        await asyncio.sleep(0.001)
 
 
 def is_database_error(exc: BaseException | None) -> bool:

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-from helpers import until
+from waiting import eventually
 
 from histstore._storage import search_index, wal_checkpoints
 from histstore._storage.drivers import Phase, Program, Step
@@ -83,9 +83,9 @@ async def test_checkpoints_wait_for_a_pause_or_a_large_wal(monkeypatch: pytest.M
     # Enough to copy: none while the burst goes on, one once it pauses.
     await _writes(group, idle_groups)
     assert db.started == []
-    await until(lambda: db.started != [])
+    await eventually(lambda: db.started != [], "a checkpoint started")
     assert db.started == [2 * idle_groups - 1]
-    await until(lambda: group.checkpoints.state == "idle")
+    await eventually(lambda: group.checkpoints.state == "idle", "the checkpoints idle")
 
     # Writes without a pause: a checkpoint once the WAL holds about CHECKPOINT_PAGES
     # (a group's pages as the last checkpoint measured them), in the middle of it.

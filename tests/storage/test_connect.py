@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 from alembic import command
-from helpers import empty_pg_database, is_database_error, pg_fetch, stable_id, until
+from helpers import empty_pg_database, is_database_error, pg_fetch, stable_id
 from sqlalchemy import URL, make_url, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
+from waiting import eventually
 
 import histstore
 from histstore import HistStoreError, Message, SchemaError, Store, WriteError
@@ -368,7 +369,7 @@ async def test_sqlite_writes_are_checkpointed_in_the_background(tmp_path: Path) 
         start = _size(path)
         for i in range(300):  # several MB of WAL, well below the net
             await store.write(f"c{i % 20}", [Message.user(f"{i} {text_}")])
-        await until(lambda: store.diagnostics().checkpoints == "idle")  # the last one ended
+        await eventually(lambda: store.diagnostics().checkpoints == "idle", "the last checkpoint")
         assert _size(Path(f"{path}-wal")) < WAL_NET_PAGES * 4096
         assert _size(path) - start > 100_000  # no commit checkpoints below the net
         assert await store.count("c0") == 15

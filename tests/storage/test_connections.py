@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 from conftest import Backend
-from helpers import agent_turns, connections_in_use, empty_pg_database, new_id, until, user_msgs
+from helpers import agent_turns, connections_in_use, empty_pg_database, new_id, user_msgs
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from waiting import eventually
 
 import histstore
 from histstore._storage.append_groups import IN_FLIGHT
@@ -140,8 +141,11 @@ async def test_idle_connections_go_back_without_a_further_call(borrowed: AsyncEn
         c = new_id()
         await asyncio.gather(*(store.read(c) for _ in range(4)), store.write(c, user_msgs(1)))
         assert store.diagnostics().idle_connections >= 1
-        await until(lambda: store.diagnostics().idle_connections == 0)  # no call meanwhile
-        assert borrowed.pool.checkedout() == 0  # type: ignore[attr-defined]
+        pool = borrowed.pool
+        await eventually(  # no call meanwhile
+            lambda: store.diagnostics().idle_connections == 0 and pool.checkedout() == 0,  # type: ignore[attr-defined]
+            "the kept connections back in the pool",
+        )
         assert await store.count(c) == 1  # and the store goes on
 
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 from conftest import Backend
-from helpers import new_id, until, user_msgs
+from helpers import new_id, user_msgs
+from waiting import eventually
 
 import histstore
 from histstore._storage.states import InvalidTransition
@@ -31,7 +32,9 @@ async def test_diagnostics_follow_the_writer_from_open_to_closed(backend: Backen
             if file:
                 # The first waits for the turn, running alone; the others queue behind
                 # it for the next group.
-                await until(lambda: store.diagnostics().waiting_for_turn == 1)
+                await eventually(
+                    lambda: store.diagnostics().waiting_for_turn == 1, "a writer waiting"
+                )
                 now = store.diagnostics()
                 assert (now.writer, now.queued) == ("running", 4)
         await asyncio.gather(*writes)

@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import new_id, until, user_msgs
+from helpers import new_id, user_msgs
+from waiting import eventually
 
 import histstore
 from histstore import WriteError, WriteOutcome
@@ -44,7 +45,7 @@ async def test_writers_wait_their_turn_behind_a_long_transaction(tmp_path: Path)
                 tasks.append(asyncio.ensure_future(write(i)))
                 await asyncio.sleep(0)  # each queues before the next arrives
             # The first waits for the turn, the others for the next group.
-            await until(lambda: _waiting(store) == (1, 19))
+            await eventually(lambda: _waiting(store) == (1, 19), "one leader and 19 writers queued")
             assert order == []  # nobody got in, nobody failed
         await asyncio.gather(*tasks)
         assert order == list(range(20))  # first come, first served
@@ -68,7 +69,9 @@ async def test_a_write_cancelled_while_waiting_is_not_written(tmp_path: Path) ->
         async with store.internals.executor.transaction(action="hold") as tx:
             await tx.run(_noop(store))
             task = asyncio.ensure_future(store.write(c, user_msgs(1)))
-            await until(lambda: _waiting(store) == (1, 0))
+            await eventually(
+                lambda: _waiting(store) == (1, 0), "one writer at the turn, none queued"
+            )
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
