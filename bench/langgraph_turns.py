@@ -10,15 +10,17 @@ tables after ``VACUUM FULL``), divided by the turns. The read is ``aget_tuple`` 
 thread's newest checkpoint (what LangGraph does before each run), made by a fresh
 process that opens the database and reads the thread with a new saver, as an
 application starting a run would (the writing process's objects would otherwise weigh
-on the reads through the garbage collector). Its time is the mean of ``--reads`` reads,
-or of as many as ``--read-seconds`` take if that is more: a read allocates an object or
-more per message, and the collector's full passes, which such allocations cause, come
-once every few reads of a large thread but once in dozens of a small one, so a median
-would count them at one size and not at the other. Beside it, ``decode`` is the time
-the saver's serializer takes to decode the same messages from one blob, as LangGraph's
-own savers store them: the floor that any saver's read of that checkpoint pays. LangGraph's
-own savers (``AsyncSqliteSaver``, ``AsyncPostgresSaver``) store every checkpoint's whole
-list, so their storage grows with the square of the turns: they run up to 500 turns.
+on the reads through the garbage collector); ``--rounds`` such processes per thread,
+histstore's and LangGraph's in turn, and the median of their figures. A process's time
+is the mean of ``--reads`` reads, or of as many as ``--read-seconds`` take if more: a
+read allocates an object or more per message, and the collector's full passes, which
+such allocations cause, come once every few reads of a large thread but once in dozens
+of a small one, so a median would count them at one size and not at the other. Beside
+it, ``decode`` is the time the saver's serializer takes to decode the same messages from
+one blob, as LangGraph's own savers store them: the floor that any saver's read of that
+checkpoint pays. LangGraph's own savers (``AsyncSqliteSaver``, ``AsyncPostgresSaver``)
+store every checkpoint's whole list, so their storage grows with the square of the
+turns: they run up to 500 turns.
 
 Targets for histstore: bytes per turn at the largest size at most 1.3x those at 50
 turns; the read at 500 turns at most 1.2x LangGraph's saver's on the same backend; the
@@ -26,7 +28,7 @@ read per message at the largest size at most 1.2x that at 500 turns.
 
     python bench/langgraph_turns.py [--backend sqlite|postgres|all] [--pg-url URL]
                                     [--quick] [--turns 50,500,5000] [--reads N]
-                                    [--read-seconds S]
+                                    [--read-seconds S] [--rounds N]
                                     [--sqlite-dir DIR] [--json FILE]
 """
 
@@ -150,32 +152,48 @@ async def _timed(call: Callable[[], Awaitable[Any]], reads: int, seconds: float)
 Size = Callable[[], Awaitable[int]]
 
 
-Reads = tuple[int, float]
-"""The fewest reads timed per thread, and the seconds they take at least."""
+Reads = tuple[int, float, int]
+"""The fewest reads timed per thread, the seconds they take at least, and how many
+reading processes (rounds) time them."""
 
 
 async def measure(
     saver: BaseCheckpointSaver[Any], size: Size, turns: int, reads: Reads, reader: list[str]
 ) -> dict[str, float]:
-    """Write a thread of ``turns`` with ``saver``; its bytes per turn, and the read time
-    of its newest checkpoint measured by a child process (``reader``: the saver's kind
-    and database)."""
+    """Write a thread of ``turns`` with ``saver``: its bytes per turn and write time, and
+    what a reading process is to open (``reader``: the saver's kind and database; see
+    ``read_rounds``)."""
     before = await size()
     started = time.perf_counter()
     thread = await write_thread(saver, turns)
     write_s = time.perf_counter() - started
     grown = await size() - before
-    child = await asyncio.create_subprocess_exec(
-        sys.executable,
-        _SCRIPT,
-        "--read-child",
-        ",".join([*reader, thread, str(turns), str(reads[0]), str(reads[1])]),
-        stdout=asyncio.subprocess.PIPE,
-    )
-    out, _ = await child.communicate()
-    if child.returncode != 0:
-        raise RuntimeError(f"the reading process failed ({child.returncode})")
-    return {"bytes_per_turn": grown / turns, **json.loads(out), "write_s": write_s}
+    spec = ",".join([*reader, thread, str(turns), str(reads[0]), str(reads[1])])
+    return {"bytes_per_turn": grown / turns, "write_s": write_s, "reader": spec}
+
+
+async def read_rounds(out: dict[str, Any], rounds: int) -> None:
+    """Time the reads of every thread ``out`` holds: in each round a fresh process per
+    thread, the savers of one size in turn, so that both sides see the same moments of
+    the machine; each figure is the median over the rounds."""
+    sizes = sorted({n for by_size in out.values() for n in by_size})
+    for turns in sizes:
+        results = [r[turns] for r in out.values() if turns in r]
+        seen: list[list[dict[str, float]]] = [[] for _ in results]
+        for _ in range(rounds):
+            for got, r in zip(seen, results, strict=True):
+                child = await asyncio.create_subprocess_exec(
+                    sys.executable, _SCRIPT, "--read-child", r["reader"],
+                    stdout=asyncio.subprocess.PIPE,
+                )  # fmt: skip
+                text, _ = await child.communicate()
+                if child.returncode != 0:
+                    raise RuntimeError(f"the reading process failed ({child.returncode})")
+                got.append(json.loads(text))
+        for got, r in zip(seen, results, strict=True):
+            del r["reader"]
+            for key in got[0]:
+                r[key] = median([g[key] for g in got])
 
 
 async def read_child(spec: str) -> dict[str, float]:
@@ -254,6 +272,7 @@ async def run_sqlite(directory: str | None, sizes: list[int], reads: Reads) -> d
                 out["langgraph"][turns] = await measure(
                     lg, sqlite_size(path), turns, reads, ["sqlite", str(path)]
                 )
+        await read_rounds(out, reads[2])
     return out
 
 
@@ -277,6 +296,7 @@ async def run_postgres(admin_url: str, sizes: list[int], reads: Reads) -> dict[s
                 await lg.setup()
                 size = pg_size(url, "checkpoint%")
                 out["langgraph"][turns] = await measure(lg, size, turns, reads, ["postgres", url])
+        await read_rounds(out, reads[2])
     return out
 
 
@@ -312,6 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--turns", default=None, help="comma-separated thread sizes, in turns")
     parser.add_argument("--reads", type=int, default=None, help="fewest reads timed per thread")
     parser.add_argument(
+        "--rounds", type=int, default=None, help="reading processes per thread, alternating"
+    )
+    parser.add_argument(
         "--read-seconds",
         type=float,
         default=None,
@@ -323,6 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     reads = (
         args.reads or (5 if args.quick else 30),
         args.read_seconds or (0.2 if args.quick else 3.0),
+        args.rounds or (1 if args.quick else 3),
     )
     kinds = ["sqlite", "postgres"] if args.backend == "all" else [args.backend]
 
@@ -358,8 +382,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "decode us/msg", "write s",
     ]  # fmt: skip
     print(
-        "a chat thread's storage and its newest checkpoint's read (mean of at least"
-        f" {reads[0]} reads and {reads[1]:g} s; decode: the messages from one blob)"
+        "a chat thread's storage and its newest checkpoint's read (median over"
+        f" {reads[2]} reading processes, alternating, of the mean of at least {reads[0]}"
+        f" reads and {reads[1]:g} s each; decode: the messages from one blob)"
     )
     print(render_table(headers, rows))
     for kind, result in results.items():
