@@ -159,7 +159,7 @@ reading processes (rounds) time them."""
 
 async def measure(
     saver: BaseCheckpointSaver[Any], size: Size, turns: int, reads: Reads, reader: list[str]
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Write a thread of ``turns`` with ``saver``: its bytes per turn and write time, and
     what a reading process is to open (``reader``: the saver's kind and database; see
     ``read_rounds``)."""
