@@ -56,6 +56,8 @@ AUTHOR: Final = "llama_index"
 """The author of the changes ``set_messages`` and the deletions record."""
 _ATTEMPTS: Final = 20
 """How often an edit is tried again when another writer changed the key meanwhile."""
+_ARCHIVE_LEASE: Final = 60.0
+"""Seconds an archive of one key holds its turn at most (a crashed archiver's is freed then)."""
 
 T = TypeVar("T")
 _ROLES: Final = frozenset(r.value for r in MessageRole)
@@ -275,38 +277,43 @@ class HiststoreChatStore(AsyncDBChatStore):
 
         The archive is appended to first, each message marked with the entry it comes
         from (``"archived_from"``), then the messages are removed from the active ones
-        in one change. A crash or a concurrent archive between the two never archives a
-        message twice: what the archive's newest messages already hold is not appended
-        again, and the append is positional (``write(at=)``), so two archivers racing
-        append once. After a crash between the two, the messages are in both until the
-        next archive of the key.
+        in one change. Archives of one key take turns (a lease on the archive), and
+        what the archive's newest messages already hold is not appended again: a
+        crash or a retry between the two steps never archives a message twice. After
+        a crash between them, the messages are in both until the next archive of the
+        key.
         """
         key = validate_id(key)
         archive = _archive(key)
         store = await self._store()
-        for _attempt in range(_ATTEMPTS):
-            value = await store.edit(key)
-            victims = value.entries[: max(n, 0)]
-            if not victims:
-                return []
-            marks = [_fingerprint(e) for e in victims]
-            length = await store.count(archive)
-            recent = await store.read(archive, limit=len(victims))
-            done = [m.to_dict().get("archived_from") for m in recent]
-            fresh = [
-                {**e.message.to_dict(), "archived_from": mark}
-                for e, mark in zip(victims, marks, strict=True)
-                if mark not in done
-            ]
-            value.splice(0, len(victims), [], by=AUTHOR)
-            try:
-                if fresh:
-                    await store.write(archive, fresh, at=length)
-                await store.commit(value)
-            except ConflictError:
-                continue
-            return [_chat_message(e.message) for e in victims]
-        raise ConflictError(f"key {key!r} kept changing while its oldest messages were archived")
+        async with store.lease(archive, ttl=_ARCHIVE_LEASE):
+            for _attempt in range(_ATTEMPTS):
+                value = await store.edit(key)
+                victims = value.entries[: max(n, 0)]
+                if not victims:
+                    return []
+                marks = [_fingerprint(e) for e in victims]
+                length = await store.count(archive)
+                # Copies of entries still active can only follow the last archive that
+                # removed its messages: they are among the newest len(active) messages.
+                recent = await store.read(archive, limit=len(value.entries))
+                done = {m.to_dict().get("archived_from") for m in recent}
+                fresh = [
+                    {**e.message.to_dict(), "archived_from": mark}
+                    for e, mark in zip(victims, marks, strict=True)
+                    if mark not in done
+                ]
+                value.splice(0, len(victims), [], by=AUTHOR)
+                try:
+                    if fresh:
+                        await store.write(archive, fresh, at=length)
+                    await store.commit(value)
+                except ConflictError:
+                    continue
+                return [_chat_message(e.message) for e in victims]
+            raise ConflictError(
+                f"key {key!r} kept changing while its oldest messages were archived"
+            )
 
     async def _edit(self, conversation: str, change: Callable[[Conversation], T]) -> T:
         """Apply ``change`` to the conversation's value and commit it, tried again on a
