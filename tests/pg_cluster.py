@@ -374,8 +374,12 @@ def standby_of(primary: Cluster) -> Iterator[Cluster]:
 
 
 def wait_for_replay(primary: Cluster, standby: Cluster, timeout: float = 30.0) -> None:
-    """Wait until ``standby`` has replayed everything ``primary`` has written so far."""
-    target = primary.psql("SELECT pg_current_wal_lsn()").strip()
+    """Wait until ``standby`` has replayed everything ``primary`` has written so far.
+
+    The target is the WAL's insert position, not its write position: the clusters run
+    with ``synchronous_commit = off``, so a commit returns before its record is written
+    out, and the write position can still be short of it."""
+    target = primary.psql("SELECT pg_current_wal_insert_lsn()").strip()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         behind = standby.psql(
