@@ -86,6 +86,17 @@ def connections_in_use(store: histstore.Store) -> int:
     return checked_out - store.diagnostics().idle_connections
 
 
+CLI_WITHOUT_LANGGRAPH = (
+    "import sys\n"
+    "for name in ('langgraph', 'langgraph.checkpoint', 'langchain_core'):\n"
+    "    sys.modules[name] = None\n"
+    "from histstore.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+"""A ``python -c`` program: the ``histstore`` command as it runs where LangGraph is not
+installed (its arguments follow the program)."""
+
+
 def is_database_error(exc: BaseException | None) -> bool:
     """Whether ``exc`` comes from the database layer: SQLAlchemy's or a driver's own error."""
     if isinstance(exc, (sa_exc.SQLAlchemyError, sqlite3.Error)):

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from cli_runner import assert_one_line_error, ok, run
-from helpers import PYTHON, subprocess_env
+from helpers import CLI_WITHOUT_LANGGRAPH, PYTHON, subprocess_env
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.conformance.test_utils import generate_checkpoint, generate_metadata
@@ -311,13 +311,7 @@ async def test_show_without_langgraph_says_what_to_install(tmp_path: Path) -> No
     thread = new_thread()
     async with HiststoreSaver(url) as saver:
         await chat(saver, thread, 1)
-    script = (
-        "import sys\n"
-        "for name in ('langgraph', 'langgraph.checkpoint', 'langchain_core'):\n"
-        "    sys.modules[name] = None\n"
-        "from histstore.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
-    )
+    script = CLI_WITHOUT_LANGGRAPH
     proc = await asyncio.create_subprocess_exec(
         PYTHON, "-c", script, "threads", "show", thread, "--url", url,
         env={**subprocess_env(), "NO_COLOR": "1"},

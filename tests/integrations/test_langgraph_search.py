@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from cli_runner import ok
-from helpers import PYTHON, alembic, subprocess_env
+from helpers import CLI_WITHOUT_LANGGRAPH, PYTHON, alembic, subprocess_env
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph_graphs import call_weather, tool_loop
@@ -227,13 +227,7 @@ async def test_reindex_threads_without_langgraph_says_what_to_install(tmp_path: 
     url = str(tmp_path / "lg.db")
     async with histstore.connect(url) as store:
         await run(store, "t-x", 1)
-    script = (
-        "import sys\n"
-        "for name in ('langgraph', 'langgraph.checkpoint', 'langchain_core'):\n"
-        "    sys.modules[name] = None\n"
-        "from histstore.cli import main\n"
-        "sys.exit(main(sys.argv[1:]))\n"
-    )
+    script = CLI_WITHOUT_LANGGRAPH
     proc = await asyncio.create_subprocess_exec(
         PYTHON, "-c", script, "reindex", "--threads", "--url", url,
         env={**subprocess_env(), "NO_COLOR": "1"},
