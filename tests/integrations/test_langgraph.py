@@ -8,6 +8,7 @@ import operator
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
@@ -593,20 +594,18 @@ async def test_purge_and_the_thread_catalog_see_only_a_views_threads(store):
 async def test_sqlite_writes_use_the_stores_settings_and_begin_immediate(tmp_path: Path):
     path = tmp_path / "lock.db"
     async with histstore.connect(path, durability="process", busy_timeout=0.2) as store:
-        options = store.internals.executor._engines["write"].get_execution_options()
-        settings = options["histstore_sqlite"]
-        assert (settings.synchronous, settings.busy_timeout_ms) == ("NORMAL", 200)
-        assert options["histstore_begin"] == "BEGIN IMMEDIATE"
-        executor = store.internals.executor
-        assert CheckpointStore(store)._executor is executor  # writes go through it
         saver = HiststoreSaver(store)
         import sqlite3
 
         other = sqlite3.connect(path, isolation_level=None)
         try:
             other.execute("BEGIN IMMEDIATE")
+            started = time.monotonic()
             with pytest.raises(HistStoreError) as info:
                 await put(saver, new_thread())
+            # It waited the store's busy timeout (0.2 s, not the default 30 s) for the
+            # lock, then failed as a write the lock refused.
+            assert 0.15 <= time.monotonic() - started < 10
             assert not isinstance(info.value, (InvalidId, InvalidMessage))
             other.execute("ROLLBACK")
         finally:

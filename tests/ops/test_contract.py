@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import reach
 from conftest import Backend
 from helpers import PG_ADMIN_URL, _pg_execute, connections_in_use, new_id, stable_id, user_msgs
 from sqlalchemy import make_url
@@ -226,7 +227,7 @@ async def test_readonly_sqlite_database_says_so(tmp_path: Path, cid: str) -> Non
     async with histstore.connect(tmp_path / "ro.db") as store:
         await store.write(cid, user_msgs(1))
         # Make the connection the next call takes refuse writes, as a read-only file does.
-        async with store.internals.executor._connection() as conn:
+        async with reach.next_connection(store) as conn:
             await conn.execute("PRAGMA query_only = ON")
         with pytest.raises(WriteError, match="readonly") as info:
             await store.write(cid, user_msgs(1, "secret-content"))
@@ -239,7 +240,7 @@ async def test_full_sqlite_database_says_so(tmp_path: Path, cid: str) -> None:
     async with histstore.connect(tmp_path / "full.db") as store:
         await store.write(cid, user_msgs(1))
         # Cap the file at its current size on the connection the next call takes.
-        async with store.internals.executor._connection() as conn:
+        async with reach.next_connection(store) as conn:
             pages = (await conn.execute_fetchall("PRAGMA page_count"))[0][0]
             await conn.execute(f"PRAGMA max_page_count = {pages}")
         with pytest.raises(WriteError, match="full") as info:

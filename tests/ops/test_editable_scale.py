@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+import reach
 
 from histstore import Conversation, Message, SemanticIndex, Store
 from histstore._ops import edit_writes as _edit_writes
@@ -38,7 +39,7 @@ class Statements:
 
 @contextmanager
 def counting(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Statements]:
-    driver = store.internals.executor.driver
+    driver = reach.driver(store)
     real = driver.run
     seen = Statements()
 

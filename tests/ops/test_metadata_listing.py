@@ -7,7 +7,6 @@ import itertools
 from typing import Any
 
 from helpers import new_id
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 import histstore
 from histstore import admin
@@ -52,10 +51,8 @@ async def test_the_key_fewest_conversations_hold_goes_first(store: Store) -> Non
     await _fill(store, tag)
 
     async def first(metadata: dict[str, Any]) -> list[str]:
-        async def work(conn: AsyncConnection) -> list[str]:
+        async with store.engine.connect() as conn:
             return list(await most_selective_first(conn, metadata))
-
-        return await store.internals.executor.run(work, mode="read", action="probe")
 
     # "user"="me" is held by 2, "kind"="b" by 2 (ties keep the caller's order), the rest by 70.
     assert await first({"app": tag, "kind": "a", "user": "me"}) == ["user", "app", "kind"]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import reach
 from conftest import Backend
 from faults import Faults
 from helpers import new_id, stable_id
@@ -643,8 +644,8 @@ async def test_reindex_leaves_a_message_replaced_under_it(
         pytest.skip("SQLite's reindex holds the write lock from its read to its update")
     event = {"author": "u", "content": {"role": "user", "parts": [{"text": "marmot"}]}}
     await store.write(cid, [{"type": "adk_event", "event": event}])
-    driver = store.internals.executor.driver
-    page, fetch = store.internals.sql.reindex_page, driver.fetch
+    driver = reach.driver(store)
+    page, fetch = reach.statements(store).reindex_page, driver.fetch
 
     async def fetch_then_replace(*args: Any, **kwargs: Any) -> Any:
         rows = await fetch(*args, **kwargs)

@@ -15,6 +15,7 @@ import sqlite3
 from contextlib import closing
 from typing import Any
 
+import reach
 from conftest import Backend
 from helpers import PYTHON, new_id, subprocess_env
 from hypothesis import HealthCheck, given, settings
@@ -117,7 +118,7 @@ async def test_entries_a_revert_brings_back_are_found_again(shared_backend: Back
             value = await store.edit(c)
             value.splice(at, at + 1, [], by="test")
             await store.commit(value)
-        await store.internals.executor.index_list()
+        await reach.index_pending(store)
         assert sorted(h.position for h in await store.search("gull", conversation=c)) == [
             0,
             1,
@@ -128,7 +129,7 @@ async def test_entries_a_revert_brings_back_are_found_again(shared_backend: Back
         async with shared_backend.connect(read_only=True) as reader:
             hits = await reader.search("gull", conversation=c)
             assert sorted(h.position for h in hits) == list(range(6))
-        await store.internals.executor.index_list()
+        await reach.index_pending(store)
         hits = await store.search("gull", conversation=c)
         assert sorted((h.position, h.message.content) for h in hits) == [
             (i, f"gull {i}") for i in range(6)
@@ -154,7 +155,7 @@ async def test_a_store_closes_after_its_background_work_was_cancelled(
     await store.close()
     async with shared_backend.connect() as again:
         assert len(await again.search("ibis", conversation=c, limit=2_000)) == 1_065
-        await again.internals.executor.index_list()
+        await reach.index_pending(again)
     assert await listed(shared_backend) == 0
 
 
@@ -164,7 +165,7 @@ async def test_a_read_only_store_ranks_listed_and_indexed_messages_together(
     indexed, waiting = new_id("a"), new_id("b")
     async with shared_backend.connect() as writer:
         await writer.write(indexed, [{"role": "user", "content": f"otter {i}"} for i in range(3)])
-        await writer.internals.executor.index_list()  # what SQLite's search does first
+        await reach.index_pending(writer)  # what SQLite's search does first
         await writer.write(
             waiting,
             [{"role": "user", "content": "otter otter otter"}, {"role": "user", "content": "no"}],
@@ -246,7 +247,7 @@ async def test_search_stays_exact_whatever_is_listed_or_indexed(
             await store.clear(c)
             model.clear()
         elif op[0] == "index":
-            await store.internals.executor.index_list()
+            await reach.index_pending(store)
     for word in ("ant", "bee", "cat", "dog"):
         await check(word)
 

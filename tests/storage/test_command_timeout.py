@@ -9,13 +9,13 @@ import time
 from typing import Any
 
 import pytest
+import reach
 from conftest import Backend
 from helpers import new_id
 
 import histstore
 from histstore import WriteError
 from histstore._storage.deadlines import GIVE_UP_BOUND
-from histstore._storage.drivers import FETCH, Program
 
 MARGIN = 1.0
 """Seconds a loaded 2-core machine may add to the bound."""
@@ -63,13 +63,7 @@ async def test_write_waiting_longer_than_command_timeout_is_given_up(backend: Ba
     limit = 1.0
     async with backend.connect(command_timeout=limit, busy_timeout=60) as store:
         await store.write(conversation, one("a"))
-        ctx = store.internals
-
-        def lock() -> Program[Any]:
-            return (yield FETCH, ctx.sql.lock, ctx.params(conversation))
-
-        async with ctx.executor.transaction(action="hold the conversation") as tx:
-            await tx.run(lock())
+        async with reach.holding_the_write_turn(store, lock=conversation):
             started = time.monotonic()
             write = store.write(conversation, one("b"), idempotency_key="k")
             with pytest.raises(WriteError) as caught:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import reach
 from alembic import command
 from helpers import empty_pg_database, is_database_error, pg_fetch, stable_id
 from sqlalchemy import URL, make_url, text
@@ -308,14 +309,13 @@ async def test_schema_error_does_not_reveal_the_password(pg_url: str) -> None:
 async def _pragma(store: Store, name: str) -> Any:
     """A pragma on the connections the store uses, the same on both of its paths: the
     executor's driver connections and SQLAlchemy's (fails when they differ)."""
-    executor = store.internals.executor
-    async with executor._connection() as driver:
+    async with reach.next_connection(store) as driver:
         fast = (await driver.execute_fetchall(f"PRAGMA {name}"))[0][0]
 
     async def core(conn: Any) -> Any:
         return (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar()
 
-    general = await executor.run(core, mode="snapshot", action="pragma")
+    general = await reach.core(store, core)
     assert fast == general
     return fast
 
@@ -409,9 +409,9 @@ async def test_statements_are_compiled_once_per_process(tmp_path: Path) -> None:
         histstore.connect(tmp_path / "a.db") as a,
         histstore.connect(tmp_path / "b.db") as b,
     ):
-        assert a.internals.sql is b.internals.sql
-        assert a.scoped("u").internals.sql is b.scoped("u").internals.sql
-        assert a.internals.sql is not a.scoped("u").internals.sql
+        assert reach.statements(a) is reach.statements(b)
+        assert reach.statements(a.scoped("u")) is reach.statements(b.scoped("u"))
+        assert reach.statements(a) is not reach.statements(a.scoped("u"))
         await a.write("c", [Message.user("in a")])
         await b.write("c", [Message.user("in b"), Message.user("again")])
         assert [m.content for m in await a.read("c")] == ["in a"]
@@ -419,7 +419,7 @@ async def test_statements_are_compiled_once_per_process(tmp_path: Path) -> None:
         engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'c.db'}")
         try:
             async with histstore.connect(engine, migrate=True) as c:
-                assert c.internals.sql is not a.internals.sql
+                assert reach.statements(c) is not reach.statements(a)
                 await c.write("c", [Message.user("in c")])
                 assert await c.count("c") == 1
         finally:

@@ -8,6 +8,7 @@ import asyncio
 from typing import Any
 
 import pytest
+import reach
 from conftest import Backend
 from helpers import new_id, user_msgs
 from waiting import eventually
@@ -27,7 +28,7 @@ async def test_diagnostics_follow_the_writer_from_open_to_closed(backend: Backen
         assert now.indexer == (None if backend.name == "sqlite-memory" else "idle")
 
         c = new_id()
-        async with store.internals.executor.transaction(action="hold the turn"):
+        async with reach.holding_the_write_turn(store):
             writes = [asyncio.ensure_future(store.write(c, user_msgs(1))) for _ in range(5)]
             if file:
                 # The first waits for the turn, running alone; the others queue behind
@@ -56,7 +57,7 @@ async def test_diagnostics_follow_the_writer_from_open_to_closed(backend: Backen
 
 async def test_an_impossible_move_raises(tmp_path: Any) -> None:
     async with histstore.connect(tmp_path / "s.db") as store:
-        writer = store.internals.executor.writer
+        writer = reach.executor(store).writer
         assert writer is not None
     # Closed: a program handed to it now is a bug of the storage layer, not a hang.
     with pytest.raises(InvalidTransition, match="writer"):

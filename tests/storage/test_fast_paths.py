@@ -12,6 +12,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+import reach
 from conftest import Backend
 from helpers import user_msgs
 
@@ -38,7 +39,7 @@ def _spy(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[Any]:
 async def test_each_fast_path_of_the_backend_is_taken(
     backend: Backend, store: histstore.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    driver = store.internals.executor.driver
+    driver = reach.driver(store)
     if backend.name.startswith("sqlite"):
         # aiosqlite's ``Connection._execute`` and ``_conn``: a whole transaction in one
         # trip to the connection's thread, group commit, and calls on the loop's thread.

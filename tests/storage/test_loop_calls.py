@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import reach
 from helpers import agent_turns, new_id, user_msgs
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -200,7 +201,7 @@ async def test_writes_keep_the_thread_while_the_wal_has_grown_large(
     """A commit may checkpoint by itself once the WAL is large (the background
     checkpoints fell behind): such a commit never runs on the loop's thread."""
     async with histstore.connect(tmp_path / "b.db", durability="process") as store:
-        writer = store.internals.executor.writer
+        writer = reach.executor(store).writer
         assert writer is not None
         c = new_id()
         await store.write(c, msgs("m0"))

@@ -21,6 +21,7 @@ from urllib.parse import quote
 from uuid import uuid4
 
 import pytest
+import reach
 from helpers import PYTHON, subprocess_env
 from pg_cluster import PASSWORD, Cluster, make_ca, openssl, throwaway_cluster
 from sqlalchemy import make_url, text
@@ -286,10 +287,13 @@ def ca(cluster: Cluster) -> str:
 
 
 async def session_row(store: histstore.Store, sql: str) -> Any:
+    """A row about the store's session, read as its own reads are (a failure to
+    connect is the store's ``DatabaseFailure``)."""
+
     async def work(conn: AsyncConnection) -> Any:
         return (await conn.execute(text(sql))).one()
 
-    return await store.internals.executor.run(work, mode="snapshot", action="reading the session")
+    return await reach.core(store, work)
 
 
 MY_SSL = "SELECT ssl, client_dn FROM pg_stat_ssl WHERE pid = pg_backend_pid()"

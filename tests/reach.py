@@ -1,0 +1,85 @@
+"""The tests' one way past a store's public API into its internals (``store.internals``).
+
+What a test waits for or asserts about the write path's objects (the writer, its queue,
+the checkpoints, the indexer, kept connections) it reads from ``store.diagnostics()``,
+never from here. What is here sets up a state or a fault that nothing public can make,
+each helper saying why; keeping them in one module keeps the tests' coupling to the
+storage layer in one place to update when it changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from histstore import Store
+from histstore._storage.drivers import EXECUTE, FETCH, Program
+
+T = TypeVar("T")
+
+
+def driver(store: Store) -> Any:
+    """The store's driver (``_storage.sqlite_driver`` or ``pg_driver``), to instrument
+    with ``monkeypatch``: to count the statements of a write, or to run something between
+    two of them. The statements a store sends pass nowhere public."""
+    return store.internals.executor.driver
+
+
+def statements(store: Store) -> Any:
+    """The store's compiled statements (``_storage.statements``): to take a lock or to
+    recognise a statement the driver is sent; shared between stores, which a test of
+    that sharing compares."""
+    return store.internals.sql
+
+
+def next_connection(store: Store) -> AbstractAsyncContextManager[Any]:
+    """The driver connection the store's next call takes (its kept one): a fault set on
+    it (``PRAGMA query_only``, ``max_page_count``) is met by that call. A connection the
+    test opens itself would not be the store's."""
+    return store.internals.executor._connection()
+
+
+@asynccontextmanager
+async def holding_the_write_turn(store: Store, lock: str | None = None) -> AsyncIterator[None]:
+    """Hold the store's write transaction (SQLite: its write turn and the file's write
+    lock; with ``lock``, the conversation's lock on every database) while the block runs:
+    writers of this store queue behind it, as behind a long write."""
+    ctx = store.internals
+    async with ctx.executor.transaction(action="hold the turn") as tx:
+        if lock is None:
+            await tx.run(_noop(store))
+        else:
+            await tx.run(_lock(store, lock))
+        yield
+
+
+def _noop(store: Store) -> Program[None]:
+    yield EXECUTE, statements(store).set_length, {"c": "none", "length": 0, "now": None}
+
+
+def _lock(store: Store, conversation: str) -> Program[Any]:
+    ctx = store.internals
+    return (yield FETCH, ctx.sql.lock, ctx.params(conversation))
+
+
+async def index_pending(store: Store) -> None:
+    """Index the full-text index's pending list now, as a search of a writable SQLite
+    store does first; on Postgres only the background indexer and ``close`` do, at
+    times a test cannot choose."""
+    await store.internals.executor.index_list()
+
+
+async def core(store: Store, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    """``work`` on a SQLAlchemy connection as the store's own reads take one (with the
+    settings of its read mode), to compare with what its driver connections say."""
+    return await store.internals.executor.run(work, mode="snapshot", action="probe")
+
+
+def executor(store: Store) -> Any:
+    """The store's executor: to shorten a timer or stand in for an estimate that
+    a test cannot wait out (the WAL's pages after a long run), and to check that an
+    integration writes through it."""
+    return store.internals.executor
