@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -79,3 +79,55 @@ async def blocked_on_lock(task: asyncio.Task[Any], backend: Any) -> None:
     else:
         await asyncio.wait({task}, timeout=SQLITE_WINDOW)
     assert not task.done(), "the task ended instead of waiting for the lock"
+
+
+async def writing(store: Any, task: asyncio.Task[Any], backend: Any) -> None:
+    """Return once ``task``'s write is under way behind a lock another connection holds.
+
+    An SQLite file's store says so itself: its writer runs the task's program (alone,
+    nothing else writes), which cannot end while the lock is held. Elsewhere, as
+    ``blocked_on_lock``: Postgres shows the session waiting for the lock.
+    """
+    if store.diagnostics().writer is None:
+        await blocked_on_lock(task, backend)
+        return
+
+    def running() -> bool:
+        assert not task.done(), "the write ended instead of waiting for the lock"
+        return bool(store.diagnostics().writer == "running")
+
+    await eventually(running, "the writer running the write")
+
+
+async def queued(store: Any, tasks: Sequence[asyncio.Future[Any]]) -> None:
+    """Return once ``tasks``' writes wait for the SQLite writer's next group (its
+    diagnostics count them); where there is no writer (Postgres runs each write as it
+    comes, nothing held them), once they have ended."""
+    if store.diagnostics().writer is None:
+        await eventually(lambda: all(t.done() for t in tasks), "the writes ended")
+        return
+    n = len(tasks)
+    await eventually(lambda: store.diagnostics().queued == n, f"{n} programs queued")
+
+
+async def settled(get: Callable[[], Any], expected: Any, *, within: float = 5.0) -> Any:
+    """``get()`` once it equals ``expected`` (looking every ``POLL`` seconds; ``get``
+    may be a coroutine function), else its last value after ``within`` seconds: for
+    a state that settles with no signal (a server's sessions, a file's size), to
+    compare in the caller's own assertion."""
+    deadline = time.monotonic() + within
+    while True:
+        value = get()
+        if inspect.isawaitable(value):
+            value = await value
+        if value == expected or time.monotonic() > deadline:
+            return value
+        await asyncio.sleep(POLL)
+
+
+def settled_now(get: Callable[[], Any], expected: Any, *, within: float = 5.0) -> Any:
+    """``settled`` for code outside an event loop (it blocks the thread meanwhile)."""
+    deadline = time.monotonic() + within
+    while (value := get()) != expected and time.monotonic() < deadline:
+        time.sleep(POLL)
+    return value

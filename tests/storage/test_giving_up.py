@@ -27,6 +27,7 @@ import pytest
 from conftest import running_pgbouncer
 from helpers import new_id
 from pg_cluster import PASSWORD, Cluster, throwaway_cluster
+from waiting import eventually, settled
 
 import histstore
 from histstore import DatabaseFailure, WriteError
@@ -62,10 +63,7 @@ async def cancel_requests_delivered() -> AsyncIterator[None]:
     a few seconds to end before the loop closes and cuts them off: PgBouncer 1.18
     breaks when a client hangs up a cancel request it is forwarding (pgbouncer#801)."""
     yield
-    for _ in range(100):
-        if not pg_driver._lingering:
-            return
-        await asyncio.sleep(0.05)
+    await settled(lambda: not pg_driver._lingering, True)
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +132,13 @@ async def stalled_commits(cluster: Cluster) -> AsyncIterator[None]:
         "ALTER SYSTEM SET synchronous_commit = on",
         "ALTER SYSTEM SET synchronous_standby_names = 'x'",
     )
-    await asyncio.sleep(0.3)  # every backend has read the new settings
+
+    # Reloaded: a new session has the settings (the server signalled every backend
+    # before; each applies them before its next statement).
+    async def reloaded() -> bool:
+        return await asyncio.to_thread(cluster.psql, "SHOW synchronous_standby_names") == "x\n"
+
+    await eventually(reloaded, "the settings reloaded")
     try:
         yield
     finally:
@@ -270,7 +274,15 @@ async def test_cancel_requests_of_this_asyncpg_are_seen(cluster: Cluster) -> Non
     conn = await asyncpg.connect(url(cluster).replace("postgresql://", "postgres://"))
     try:
         sleeping = asyncio.ensure_future(conn.fetch("SELECT pg_sleep(30)"))
-        await asyncio.sleep(0.2)
+
+        async def running() -> bool:
+            sql = (
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event = 'PgSleep' AND query = 'SELECT pg_sleep(30)'"
+            )
+            return await asyncio.to_thread(cluster.psql, sql) != "0\n"
+
+        await eventually(running, "the server running the sleep")
         sleeping.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sleeping
@@ -317,8 +329,8 @@ async def no_session_left_behind(cluster: Cluster) -> None:
         "SELECT count(*) FROM pg_stat_activity WHERE usename = 'app'"
         " AND (state LIKE 'idle in transaction%' OR wait_event = 'SyncRep')"
     )
-    for _ in range(50):
-        if await asyncio.to_thread(cluster.psql, sql) == "0\n":
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError("sessions were left behind")
+
+    async def none_left() -> bool:
+        return await asyncio.to_thread(cluster.psql, sql) == "0\n"
+
+    await eventually(none_left, "no session of app left behind", within=5)

@@ -19,6 +19,7 @@ import pytest
 from faults import Faults
 from helpers import new_id, user_msgs
 from sqlalchemy import event, select
+from waiting import eventually, queued, settled, writing
 
 import histstore
 from histstore import ConflictError, WriteError, WriteOutcome
@@ -58,9 +59,9 @@ async def queued_behind_a_waiting_write(
     then()
     async with writers_held(backend, blocker):
         first = asyncio.ensure_future(store.write(blocker, user_msgs(1, "x"), at=5))
-        await asyncio.sleep(0.05)
+        await writing(store, first, backend)
         tasks = [asyncio.ensure_future(c) for c in calls()]
-        await asyncio.sleep(0.05)
+        await queued(store, tasks)
         assert not first.done()
     with pytest.raises(ConflictError):
         await first
@@ -144,12 +145,12 @@ async def test_a_queued_writer_cancelled_stores_all_or_nothing(shared_backend: A
         await store.write(blocker, user_msgs(1, "b"))
         async with writers_held(shared_backend, blocker):
             first = asyncio.ensure_future(store.write(blocker, user_msgs(1, "x"), at=5))
-            await asyncio.sleep(0.05)
+            await writing(store, first, shared_backend)
             cancelled = asyncio.ensure_future(store.write(c, user_msgs(3, "c")))
             other = asyncio.ensure_future(store.write(kept, user_msgs(1, "k")))
-            await asyncio.sleep(0.05)
+            await queued(store, [cancelled, other])
             cancelled.cancel()
-            await asyncio.sleep(0.05)
+            await eventually(cancelled.done, "the cancelled writer ended")
         with pytest.raises(ConflictError):
             await first
         # On Postgres nothing held it: it may have finished before the cancel.
@@ -177,11 +178,12 @@ async def test_a_writer_cancelled_while_its_transaction_runs_sees_it_end_first(
         event.listen(store.engine.sync_engine, "connect", lambda *_: opened.append(1))
         async with writers_held(shared_backend, c):
             running = asyncio.ensure_future(store.write(c, user_msgs(3, "b")))
-            await asyncio.sleep(0.05)
+            await writing(store, running, shared_backend)
             running.cancel()
-            await asyncio.sleep(0.05)
             if sqlite:
-                assert not running.done()  # its transaction still waits for the lock
+                # A window in which it must not end: its transaction still waits for the lock.
+                await asyncio.sleep(0.05)
+                assert not running.done()
         with pytest.raises(asyncio.CancelledError):
             await running
         whole = ["a-0", "b-0", "b-1", "b-2"]
@@ -192,10 +194,7 @@ async def test_a_writer_cancelled_while_its_transaction_runs_sees_it_end_first(
             assert not opened
         else:
             # One statement, its own transaction: cut off, its outcome is the server's.
-            for _ in range(100):
-                if await store.count(c) == 4:
-                    break
-                await asyncio.sleep(0.02)
+            await settled(lambda: store.count(c), 4, within=2)
             assert [m.content for m in await store.read(c)] in (whole, whole[:1])
         # The store goes on, with the writer's connection and the others.
         before = await store.count(c)
