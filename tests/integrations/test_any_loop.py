@@ -18,7 +18,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import warnings
 from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +37,7 @@ from llama_index.core.base.llms.types import ChatMessage
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 from sqlalchemy import make_url
 from sqlalchemy.exc import SAWarning
-from waiting import eventually
+from waiting import eventually, settled_now
 
 import histstore
 from histstore.integrations.adk import HiststoreSessionService
@@ -184,10 +183,7 @@ def _open(backend: Backend) -> tuple[int, int]:
 def _settles(backend: Backend, expected: tuple[int, int]) -> tuple[int, int]:
     """What is open once closed connections are gone (the server ends a session shortly
     after its socket closes): ``expected`` when nothing leaked."""
-    deadline = time.monotonic() + 5
-    while (now := _open(backend)) != expected and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return now
+    return settled_now(lambda: _open(backend), expected)
 
 
 @contextmanager

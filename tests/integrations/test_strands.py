@@ -11,7 +11,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +28,7 @@ from strands.session import RepositorySessionManager
 from strands.types.exceptions import SessionException
 from strands.types.session import Session, SessionAgent, SessionMessage, SessionType
 from strands_models import ScriptedModel, redact_input, say, use_tool
+from waiting import settled_now
 
 import histstore
 from histstore import Message, Store, compact, indexed_text
@@ -448,10 +448,7 @@ def _open_connections(backend: Any) -> tuple[int, int]:
 
 
 def _settled(backend: Any, expected: tuple[int, int]) -> tuple[int, int]:
-    deadline = time.monotonic() + 5
-    while (now := _open_connections(backend)) != expected and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return now
+    return settled_now(lambda: _open_connections(backend), expected)
 
 
 def test_an_owned_repository_works_from_threads_and_loops_and_closes_clean(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import operator
 import threading
-import time
 from typing import Annotated, Any, TypedDict
 
 import psycopg
@@ -24,6 +23,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.graph import START, StateGraph
 from sqlalchemy import make_url
+from waiting import settled
 
 import histstore
 from histstore.integrations.langchain import HiststoreChatMessageHistory
@@ -58,11 +58,8 @@ def _open_now(backend: Backend) -> tuple[int, int]:
 async def _settled(backend: Backend, expected: tuple[int, int]) -> tuple[int, int]:
     """What is open once closed connections are gone, letting this loop run meanwhile
     (a store of this loop is released by a task on it)."""
-    deadline = time.monotonic() + 5
     # Polled: the server ends a session shortly after its socket closes, with no event.
-    while (now := _open_now(backend)) != expected and time.monotonic() < deadline:  # noqa: ASYNC110
-        await asyncio.sleep(0.05)
-    return now
+    return await settled(lambda: _open_now(backend), expected)
 
 
 @pytest.fixture

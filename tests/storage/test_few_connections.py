@@ -19,6 +19,7 @@ import pytest
 from cli_runner import run_subprocess
 from helpers import subprocess_env
 from pg_cluster import PASSWORD, Cluster, throwaway_cluster
+from waiting import eventually
 
 import histstore
 from histstore import DatabaseFailure, Message
@@ -152,11 +153,7 @@ def _refusals(cluster: Cluster) -> int:
 
 async def _refused_again(cluster: Cluster, since: int) -> None:
     """Return once the server has refused a session of ``app`` after ``since`` refusals."""
-    for _ in range(600):
-        if _refusals(cluster) > since:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the server refused no connection")
+    await eventually(lambda: _refusals(cluster) > since, "a connection refused", within=30)
 
 
 async def test_a_refusal_past_the_deadline_is_a_typed_failure(

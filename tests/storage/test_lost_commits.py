@@ -24,6 +24,7 @@ from conftest import Backend
 from cutting_proxy import CuttingProxy
 from helpers import new_id, user_msgs
 from sqlalchemy import make_url
+from waiting import eventually
 
 import histstore
 from histstore import WriteError, WriteOutcome
@@ -82,12 +83,15 @@ class Server:
         """The sessions waiting for a lock, once there are ``n`` of them (or once every
         one of ``unless`` is done)."""
         futures = list(unless)
-        for _ in range(_POLLS):
+
+        async def found() -> tuple[list[int]] | None:
             pids = await self.waiting_now()
             if len(pids) >= n or (futures and all(f.done() for f in futures)):
-                return pids
-            await asyncio.sleep(0.01)
-        raise AssertionError(f"{n} sessions never waited for a lock (saw {pids})")
+                return (pids,)  # a tuple: true even when no session waits
+            return None
+
+        (pids,) = await eventually(found, f"{n} sessions waiting for a lock")
+        return pids
 
     async def _busy(self) -> int:
         await self.watcher.execute("SELECT pg_stat_clear_snapshot()")
@@ -100,11 +104,11 @@ class Server:
     async def quiet(self) -> None:
         """Wait until no other session of the database runs a statement or holds a
         transaction open: the cut ones have finished, one way or the other."""
-        for _ in range(_POLLS):
-            if await self._busy() == 0:
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError("the server's sessions never finished")
+
+        async def idle() -> bool:
+            return await self._busy() == 0
+
+        await eventually(idle, "the server's sessions finished")
 
     async def settled(self, tasks: Sequence[asyncio.Future[Any]]) -> None:
         """Wait until every task is done or the server stops changing: the same sessions

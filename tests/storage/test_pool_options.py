@@ -9,6 +9,7 @@ import pytest
 from conftest import Backend
 from helpers import new_id, user_msgs
 from sqlalchemy import URL
+from waiting import eventually
 
 import histstore
 from histstore._storage.engine import resolve_target
@@ -47,11 +48,8 @@ async def test_a_store_never_holds_more_than_its_pool_allows(shared_backend: Bac
         assert 1 <= most <= 3
         for c in ids:
             assert await store.count(c) == 3
-        for _ in range(100):  # the kept connections go back within half a second
-            if pool.checkedout() == 0:
-                break
-            await asyncio.sleep(0.05)
-        assert pool.checkedout() == 0
+        # The kept connections go back within half a second.
+        await eventually(lambda: pool.checkedout() == 0, "every connection back in the pool")
         assert _open_now(pool) <= 1
 
 

@@ -19,6 +19,7 @@ import pytest
 from helpers import PG_ADMIN_URL, empty_pg_database, is_database_error, new_id, user_msgs
 from pg_cluster import PASSWORD, Cluster, throwaway_cluster
 from sqlalchemy import make_url
+from waiting import eventually
 
 import histstore
 from histstore import DatabaseFailure, HistStoreError, WriteError, WriteOutcome
@@ -83,7 +84,8 @@ async def test_fast_restart_under_load_fails_typed_and_loses_nothing(cluster: Cl
                     await asyncio.sleep(0.01)
 
         async def chaos() -> None:
-            await asyncio.sleep(1.0)
+            # The restart comes once every worker has had writes acknowledged.
+            await eventually(lambda: len(acknowledged) == 16, "every worker writing")
             await restart(cluster)
 
         await asyncio.gather(chaos(), *(worker(i) for i in range(16)))
@@ -103,15 +105,15 @@ async def test_fast_restart_under_load_fails_typed_and_loses_nothing(cluster: Cl
 
         # The same store works again within a few seconds (it did not need a new one).
         after = new_id()
-        deadline = time.monotonic() + 5.0
-        while True:
+
+        async def works() -> bool:
             try:
-                await store.write(after, user_msgs(1))
-                assert len(await store.read(after)) == 1
-                break
+                await store.write(after, user_msgs(1), idempotency_key="after")
             except DatabaseFailure:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.1)
+                return False
+            return len(await store.read(after)) == 1
+
+        await eventually(works, "the store working again", within=5)
 
         # Nothing acknowledged was lost, in its order.
         for conversation, texts in acknowledged.items():
@@ -231,17 +233,18 @@ class RowLock:
 
         Each poll drops the transaction's snapshot of the sessions' activity, which would
         otherwise stay as the first poll found it (the writer may still be connecting)."""
-        assert self.conn is not None
-        for _ in range(500):
-            await self.conn.execute("SELECT pg_stat_clear_snapshot()")
-            pid = await self.conn.fetchval(
+        conn = self.conn
+        assert conn is not None
+
+        async def pid() -> int | None:
+            await conn.execute("SELECT pg_stat_clear_snapshot()")
+            found = await conn.fetchval(
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
                 " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid() LIMIT 1"
             )
-            if pid is not None:
-                return int(pid)
-            await asyncio.sleep(0.01)
-        raise AssertionError("nobody waited for the lock")
+            return None if found is None else int(found)
+
+        return int(await eventually(pid, "a session waiting for the lock"))
 
 
 async def blocked_write(

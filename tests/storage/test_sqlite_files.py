@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cli_runner import assert_one_line_error, ok, run
 from helpers import PYTHON, subprocess_env
+from waiting import eventually
 
 import histstore
 from histstore import HistStoreError, admin
@@ -121,9 +122,12 @@ async def test_backup_while_processes_write(tmp_path: Path) -> None:
     ]
     copies = [tmp_path / f"copy-{n}.db" for n in range(3)]
     try:
-        while not all(r.exists() for r in ready):
+
+        def all_ready() -> bool:
             assert all(p.returncode is None for p in procs), "a writer ended early"
-            await asyncio.sleep(0.05)
+            return all(r.exists() for r in ready)
+
+        await eventually(all_ready, "every writer writing", within=60)
         first = await admin.backup(source, copies[0])
         said = await ok("backup", str(copies[1]), "--url", str(source))
         assert said.out.startswith("backed up 3 conversations (")

@@ -4,11 +4,11 @@ reader and the WAL")."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from pathlib import Path
 
 import pytest
+from waiting import settled
 
 import histstore
 from histstore import Message
@@ -27,11 +27,8 @@ def _wal(path: Path) -> int:
 
 async def _until_bounded(path: Path, seconds: float) -> int:
     """The -wal file's size once it is within the limit, or after ``seconds`` (the file
-    system gives no event to wait for: it is looked at every 50 ms)."""
-    for _ in range(int(seconds / 0.05)):
-        if _wal(path) <= WAL_LIMIT_BYTES:
-            break
-        await asyncio.sleep(0.05)
+    system gives no event to wait for: it is looked at as ``settled`` does)."""
+    await settled(lambda: _wal(path) <= WAL_LIMIT_BYTES, True, within=seconds)
     return _wal(path)
 
 
