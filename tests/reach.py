@@ -78,6 +78,14 @@ async def core(store: Store, work: Callable[[AsyncConnection], Awaitable[T]]) ->
     return await store.internals.executor.run(work, mode="snapshot", action="probe")
 
 
+def shorten_idle_time(store: Store, seconds: float) -> None:
+    """Give the connections the store keeps back to the pool after ``seconds`` idle
+    (0.5 s), so that a test sees them go without waiting out the real time."""
+    executor = store.internals.executor
+    for cache in (executor._cache, executor._statement_writes):
+        cache._max_idle = seconds
+
+
 def executor(store: Store) -> Any:
     """The store's executor: to shorten a timer or stand in for an estimate that
     a test cannot wait out (the WAL's pages after a long run), and to check that an

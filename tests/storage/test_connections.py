@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+import reach
 from conftest import Backend
 from helpers import agent_turns, connections_in_use, empty_pg_database, new_id, user_msgs
 from sqlalchemy import event
@@ -135,9 +136,7 @@ async def test_idle_connections_go_back_without_a_further_call(borrowed: AsyncEn
     """A burst leaves connections kept for the next calls; they go back to the pool once
     idle, even when no call comes to notice."""
     async with histstore.connect(borrowed) as store:
-        executor = store.internals.executor  # instrumented: a shorter idle time
-        for cache in (executor._cache, executor._statement_writes):
-            cache._max_idle = 0.1
+        reach.shorten_idle_time(store, 0.1)
         c = new_id()
         await asyncio.gather(*(store.read(c) for _ in range(4)), store.write(c, user_msgs(1)))
         assert store.diagnostics().idle_connections >= 1
@@ -172,7 +171,7 @@ async def test_postgres_appends_keep_a_few_sessions_of_their_own(
     """Concurrent turns' appends run on at most ``IN_FLIGHT`` server sessions, which
     then plan the write statements once each; the reads beside them use other sessions."""
     async with empty_pg_database() as url, histstore.connect(url, migrate=True) as store:
-        driver = store.internals.executor.driver  # instrumented below
+        driver = reach.driver(store)  # instrumented below
         run, fetch = driver.run, driver.fetch
         writers: set[int] = set()
         readers: set[int] = set()

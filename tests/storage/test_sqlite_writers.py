@@ -10,17 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+import reach
 from helpers import new_id, user_msgs
 from waiting import eventually
 
 import histstore
 from histstore import WriteError, WriteOutcome
-from histstore._storage.drivers import EXECUTE, Program
-
-
-def _noop(store: histstore.Store) -> Program[bool]:
-    yield EXECUTE, store.internals.sql.set_length, {"c": "none", "length": 0, "now": None}
-    return True
 
 
 def _waiting(store: histstore.Store) -> tuple[int, int]:
@@ -38,8 +33,7 @@ async def test_writers_wait_their_turn_behind_a_long_transaction(tmp_path: Path)
             await store.write(c, [{"role": "user", "content": f"m{i}"}])
             order.append(i)
 
-        async with store.internals.executor.transaction(action="hold") as tx:
-            await tx.run(_noop(store))  # holds SQLite's write lock, and the store's turn
+        async with reach.holding_the_write_turn(store):  # and SQLite's write lock
             tasks = []
             for i in range(20):
                 tasks.append(asyncio.ensure_future(write(i)))
@@ -55,8 +49,7 @@ async def test_writers_wait_their_turn_behind_a_long_transaction(tmp_path: Path)
 async def test_waiting_longer_than_the_busy_timeout_fails_cleanly(tmp_path: Path) -> None:
     async with histstore.connect(tmp_path / "q.db", busy_timeout=0.2) as store:
         c = new_id()
-        async with store.internals.executor.transaction(action="hold") as tx:
-            await tx.run(_noop(store))
+        async with reach.holding_the_write_turn(store):
             with pytest.raises(WriteError, match="locked") as info:
                 await store.write(c, user_msgs(1))
             assert info.value.outcome == WriteOutcome(0, False, None)
@@ -66,8 +59,7 @@ async def test_waiting_longer_than_the_busy_timeout_fails_cleanly(tmp_path: Path
 async def test_a_write_cancelled_while_waiting_is_not_written(tmp_path: Path) -> None:
     async with histstore.connect(tmp_path / "q.db", busy_timeout=5) as store:
         c = new_id()
-        async with store.internals.executor.transaction(action="hold") as tx:
-            await tx.run(_noop(store))
+        async with reach.holding_the_write_turn(store):
             task = asyncio.ensure_future(store.write(c, user_msgs(1)))
             await eventually(
                 lambda: _waiting(store) == (1, 0), "one writer at the turn, none queued"
