@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -20,9 +21,11 @@ from .history import delete_conversation
 __all__ = [
     "Listing",
     "Order",
+    "Page",
     "idle_cutoff",
     "metadata_filter",
     "most_selective_first",
+    "read_page",
     "select_filtered",
     "select_ids",
 ]
@@ -32,6 +35,11 @@ _conv = s.conversations
 PURGE_BATCH = 500
 # The caps of the rounds that count each metadata equality's entries (``most_selective_first``).
 PROBE_CAPS = (64, 4096, None)
+# A page ordered by time whose filter's every equality matches at least ``WALK_FROM``
+# conversations is first looked for among the newest (oldest) ``WALK_WINDOW`` x
+# (limit + offset) conversations of that order (``read_page``).
+WALK_FROM = 64
+WALK_WINDOW = 16
 
 
 def idle_cutoff(idle_for: timedelta) -> datetime:
@@ -64,24 +72,14 @@ class Listing:
         order: Order,
         descending: bool,
     ) -> list[str]:
-        def page(metadata: Mapping[str, Any] | None) -> Select[Any] | None:
-            return select_ids(
-                self._ctx,
-                user=user,
-                metadata=metadata,
-                limit=limit,
-                offset=offset,
-                order=order,
-                descending=descending,
-            )
-
-        if page(metadata) is None:  # a view asked for another user's conversations
+        page = Page(user, None, None, limit, offset, order, descending)
+        if select_ids(self._ctx, metadata=metadata, **page.options()) is None:
+            # a view asked for another user's conversations
             self._ctx.executor.check()
             return []
 
         async def work(conn: AsyncConnection) -> list[str]:
-            found = page(await most_selective_first(conn, metadata) if metadata else None)
-            return [] if found is None else list((await conn.execute(found)).scalars())
+            return await read_page(self._ctx, conn, metadata, page)
 
         return await self._ctx.executor.run(work, mode="read", action="list conversations")
 
@@ -109,6 +107,74 @@ class Listing:
                 progress(total)
             if done < PURGE_BATCH:
                 return total
+
+
+@dataclass(frozen=True)
+class Page:
+    """What a listing asks for besides its metadata filter (``select_ids``'s options)."""
+
+    user: str | None
+    since: datetime | None
+    until: datetime | None
+    limit: int | None
+    offset: int
+    order: Order
+    descending: bool
+
+    def options(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def read_page(
+    ctx: Context, conn: AsyncConnection, metadata: Mapping[str, Any] | None, page: Page
+) -> list[str]:
+    """The ids ``select_ids`` lists, by the cheaper of two plans.
+
+    A filter on metadata is matched from the metadata index and its matches sorted:
+    O(matches). When the page is ordered by time with a limit and every equality of the
+    filter is common (``WALK_FROM``), the newest (oldest) ``WALK_WINDOW`` x (limit +
+    offset) conversations of that order are read from its index and filtered first:
+    O(limit + offset), whatever the store's size. That window is a prefix of the order,
+    so a full page found in it is the answer; otherwise the first plan runs.
+    """
+    limit = page.limit
+    timed = page.order != "id" and limit is not None
+    smallest = 0
+    if metadata and timed:
+        metadata, smallest = await _probe(conn, metadata, (WALK_FROM,))
+    elif metadata:
+        metadata = await most_selective_first(conn, metadata)
+    if metadata and limit is not None and timed and smallest >= WALK_FROM:
+        window = WALK_WINDOW * (limit + page.offset)
+        walk = _select_window(ctx, metadata, page, window)
+        if walk is not None:
+            ids = list((await conn.execute(walk)).scalars())
+            if len(ids) == limit:
+                return ids
+    found = select_ids(ctx, metadata=metadata, **page.options())
+    return [] if found is None else list((await conn.execute(found)).scalars())
+
+
+def _select_window(
+    ctx: Context, metadata: Mapping[str, Any], page: Page, window: int
+) -> Select[Any] | None:
+    """``page`` among the first ``window`` conversations of its order (no metadata
+    filter), the filter checked on each of them."""
+    key = _conv.c.created_at if page.order == "created" else _conv.c.updated_at
+    found = select_filtered(
+        ctx, [_conv.c.id, key], user=page.user, since=page.since, until=page.until
+    )
+    if found is None:
+        return None
+    first = _ordered(found[0], [key, _conv.c.id], page.descending).limit(window).subquery()
+    conds, _ = metadata_filter(metadata, first.c.id, join=False)
+    stmt = select(first.c.id).where(*conds)
+    stmt = _ordered(stmt, [first.c[key.name], first.c.id], page.descending).limit(page.limit)
+    return stmt.offset(page.offset) if page.offset else stmt
+
+
+def _ordered(stmt: Select[Any], keys: Sequence[Any], descending: bool) -> Select[Any]:
+    return stmt.order_by(*(k.desc() if descending else k.asc() for k in keys))
 
 
 def select_filtered(
@@ -183,7 +249,7 @@ def select_ids(
         "created": [_conv.c.created_at, id_key],
         "updated": [_conv.c.updated_at, id_key],
     }[order]
-    stmt = stmt.order_by(*(k.desc() if descending else k.asc() for k in keys))
+    stmt = _ordered(stmt, keys, descending)
     if limit is not None:
         stmt = stmt.limit(limit)
     if offset:
@@ -212,9 +278,20 @@ async def most_selective_first(
     by rounds (``PROBE_CAPS``) until one count falls below it: the counting reads about
     (number of keys) x (the smallest count) index entries, never a whole common key's.
     """
-    equalities = [(k, v) for k, v in metadata.items() if v is not None]
-    if len(equalities) < 2:
+    if sum(v is not None for v in metadata.values()) < 2:
         return metadata
+    return (await _probe(conn, metadata, PROBE_CAPS))[0]
+
+
+async def _probe(
+    conn: AsyncConnection, metadata: Mapping[str, Any], caps: Sequence[int | None]
+) -> tuple[Mapping[str, Any], int]:
+    """``metadata`` with its most selective equality first, and how many conversations
+    that equality matches, counted up to the caps' rounds (so at least the last cap when
+    it is reached); ``(metadata, 0)`` without an equality."""
+    equalities = [(k, v) for k, v in metadata.items() if v is not None]
+    if not equalities:
+        return metadata, 0
     md = s.metadata_entries
     where = [
         (
@@ -224,7 +301,7 @@ async def most_selective_first(
         for k, v in equalities
     ]
     counts: list[int] = []
-    for cap in PROBE_CAPS:
+    for cap in caps:
         probes = []
         for same_key, same_value in where:
             found: Select[Any] = (
@@ -238,40 +315,39 @@ async def most_selective_first(
             break
     first = min(range(len(counts)), key=counts.__getitem__)
     key = equalities[first][0]
-    return {key: metadata[key], **{k: v for k, v in metadata.items() if k != key}}
+    return {key: metadata[key], **{k: v for k, v in metadata.items() if k != key}}, counts[first]
 
 
 def metadata_filter(
     metadata: Mapping[str, Any],
+    conversation: ColumnElement[str] | None = None,
+    *,
+    join: bool = True,
 ) -> tuple[list[ColumnElement[bool]], tuple[Any, ColumnElement[bool]] | None]:
-    """Conditions for a metadata filter, and the first equality as a join.
+    """Conditions for a metadata filter on the ids ``conversation`` (the conversations
+    table's by default), and the first equality as a join unless ``join`` is false.
 
     Returns ``(conditions, (alias, on_clause) | None)``.
     """
     md = s.metadata_entries
+    cid = _conv.c.id if conversation is None else conversation
     conds: list[ColumnElement[bool]] = []
     driver: tuple[Any, ColumnElement[bool]] | None = None
     for k, v in metadata.items():
         key = _rules.metadata_key_digest(k)
         if v is None:
-            conds.append(
-                ~exists().where(md.c.conversation_id == _conv.c.id, md.c.key_digest == key)
-            )
+            conds.append(~exists().where(md.c.conversation_id == cid, md.c.key_digest == key))
             continue
         _codec.encode(v, what="metadata value")
         digest = _codec.canonical_digest(v)
-        if driver is None:
+        if driver is None and join:
             md0 = md.alias("m0")
-            on = and_(
-                md0.c.conversation_id == _conv.c.id,
-                md0.c.key_digest == key,
-                md0.c.digest == digest,
-            )
+            on = and_(md0.c.conversation_id == cid, md0.c.key_digest == key, md0.c.digest == digest)
             driver = (md0, on)
             continue
         conds.append(
             exists().where(
-                md.c.key_digest == key, md.c.digest == digest, md.c.conversation_id == _conv.c.id
+                md.c.key_digest == key, md.c.digest == digest, md.c.conversation_id == cid
             )
         )
     return conds, driver
