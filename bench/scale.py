@@ -499,6 +499,7 @@ async def run_backend(
     res: dict[str, Any] = {"size": n, "small": cfg.small, "rows": {}}
     rows = res["rows"]
     need_long = any(cfg.wants(r) for r in ("read", "stream"))
+    need_raw = any(cfg.wants(r) for r in ROWS if r not in ("listing", "purge", "stream"))
 
     def log(msg: str) -> None:
         print(f"  [{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
@@ -506,9 +507,10 @@ async def run_backend(
     # Building (and the load row).
     log(f"loading histstore many-store ({n:,} messages)")
     load = await hs_load(t.many, n, long=False)
-    log(f"loaded in {load['load_s']:.1f} s; raw")
-    raw_s = await timed(lambda: raw_load(t.raw_many, raw_rows(n, long=False)))
-    rows["load"] = {"histstore": load["load_s"], "raw": raw_s, "close_s": load["close_s"]}
+    rows["load"] = {"histstore": load["load_s"], "close_s": load["close_s"], "raw": 0.0}
+    if need_raw:
+        log(f"loaded in {load['load_s']:.1f} s; raw")
+        rows["load"]["raw"] = await timed(lambda: raw_load(t.raw_many, raw_rows(n, long=False)))
     await hs_load(t.small, cfg.small, long=False)
     if need_long:
         log("loading the long conversation")
@@ -516,12 +518,12 @@ async def run_backend(
             **(await hs_load(t.long, n, long=True)),
             "raw": await timed(lambda: raw_load(t.raw_long, raw_rows(n, long=True))),
         }
-    rows["bytes"] = {
-        "histstore": await size_of(t.many) / n,
-        "raw": await size_of(t.raw_many) / n,
-    }
-
-    raw = await raw_queries(t.raw_many)
+    if need_raw:
+        rows["bytes"] = {
+            "histstore": await size_of(t.many) / n,
+            "raw": await size_of(t.raw_many) / n,
+        }
+    raw = await raw_queries(t.raw_many) if need_raw else None
     log("timing queries")
     async with opened(t.small) as small, opened(t.many) as big:
 
@@ -555,7 +557,8 @@ async def run_backend(
                 "histstore": await median_of(rep, lambda: big.count(FIXED)),
                 "raw": await median_of(rep, lambda: raw.count(FIXED)),
             }
-    await raw.close()
+    if raw is not None:
+        await raw.close()
 
     for case, source, raw_source in (("read", t.long, t.raw_long), ("stream", t.long, "")):
         if cfg.wants(case) and need_long:
@@ -632,11 +635,11 @@ def backend_rows(r: dict[str, Any], cfg: Config) -> list[list[str]]:
     def add(label: str, hs: str, raw: str = "", ratio: str = "", growth: str = "") -> None:
         out.append([label, hs, raw, ratio, growth, ""])
 
-    if "load" in r and cfg.wants("load"):
+    if "load" in r and r["load"]["raw"]:
         x = r["load"]
         add(f"load (close {x['close_s']:.1f} s)", _fmt_s(x["histstore"]), _fmt_s(x["raw"]))
         out[-1][3] = _ratio(x["histstore"], x["raw"])
-    if "bytes" in r and cfg.wants("bytes"):
+    if "bytes" in r:
         x = r["bytes"]
         add("bytes per message", f"{x['histstore']:,.0f}", f"{x['raw']:,.0f}")
         out[-1][3] = _ratio(x["histstore"], x["raw"])
