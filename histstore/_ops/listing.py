@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Select, and_, exists, func, literal_column, select
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    ScalarSelect,
+    Select,
+    and_,
+    exists,
+    func,
+    literal_column,
+    select,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._core import codec as _codec
@@ -20,9 +31,11 @@ from .history import delete_conversation
 __all__ = [
     "Listing",
     "Order",
+    "Page",
     "idle_cutoff",
     "metadata_filter",
     "most_selective_first",
+    "read_page",
     "select_filtered",
     "select_ids",
 ]
@@ -32,6 +45,11 @@ _conv = s.conversations
 PURGE_BATCH = 500
 # The caps of the rounds that count each metadata equality's entries (``most_selective_first``).
 PROBE_CAPS = (64, 4096, None)
+# A page ordered by time whose filter's every equality matches at least ``WALK_FROM``
+# conversations is first looked for among the newest (oldest) ``WALK_WINDOW`` x
+# (limit + offset) conversations of that order (``read_page``).
+WALK_FROM = 64
+WALK_WINDOW = 16
 
 
 def idle_cutoff(idle_for: timedelta) -> datetime:
@@ -64,24 +82,14 @@ class Listing:
         order: Order,
         descending: bool,
     ) -> list[str]:
-        def page(metadata: Mapping[str, Any] | None) -> Select[Any] | None:
-            return select_ids(
-                self._ctx,
-                user=user,
-                metadata=metadata,
-                limit=limit,
-                offset=offset,
-                order=order,
-                descending=descending,
-            )
-
-        if page(metadata) is None:  # a view asked for another user's conversations
+        page = Page(user, None, None, limit, offset, order, descending)
+        if select_ids(self._ctx, metadata=metadata, **page.options()) is None:
+            # a view asked for another user's conversations
             self._ctx.executor.check()
             return []
 
         async def work(conn: AsyncConnection) -> list[str]:
-            found = page(await most_selective_first(conn, metadata) if metadata else None)
-            return [] if found is None else list((await conn.execute(found)).scalars())
+            return await read_page(self._ctx, conn, metadata, page)
 
         return await self._ctx.executor.run(work, mode="read", action="list conversations")
 
@@ -109,6 +117,86 @@ class Listing:
                 progress(total)
             if done < PURGE_BATCH:
                 return total
+
+
+@dataclass(frozen=True)
+class Page:
+    """What a listing asks for besides its metadata filter (``select_ids``'s options)."""
+
+    user: str | None
+    since: datetime | None
+    until: datetime | None
+    limit: int | None
+    offset: int
+    order: Order
+    descending: bool
+
+    def options(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def read_page(
+    ctx: Context, conn: AsyncConnection, metadata: Mapping[str, Any] | None, page: Page
+) -> list[str]:
+    """The ids ``select_ids`` lists, by the cheaper of two plans.
+
+    A filter on metadata is matched from the metadata index and its matches sorted:
+    O(matches). A page ordered by time with a limit is first looked for among the
+    newest (oldest) ``WALK_WINDOW`` x (limit + offset) conversations of that order, read
+    from its index and filtered one by one, when every equality of the filter is held
+    by at least ``WALK_FROM`` conversations (counted up to that in the same statement):
+    O(limit + offset), whatever the store's size. That window is a prefix of the order,
+    so a full page found in it is the answer; otherwise the first plan runs.
+    """
+    limit = page.limit
+    if metadata and limit is not None and page.order != "id":
+        walk = _select_window(ctx, metadata, page, WALK_WINDOW * (limit + page.offset))
+        if walk is not None:
+            ids = list((await conn.execute(walk)).scalars())
+            if len(ids) == limit:
+                return ids
+    found = select_ids(
+        ctx,
+        metadata=await most_selective_first(conn, metadata) if metadata else None,
+        **page.options(),
+    )
+    return [] if found is None else list((await conn.execute(found)).scalars())
+
+
+def _select_window(
+    ctx: Context, metadata: Mapping[str, Any], page: Page, window: int
+) -> Select[Any] | None:
+    """``page`` among the first ``window`` conversations of its order, the filter
+    checked on each of them; empty, without reading them, unless every equality of the
+    filter matches at least ``WALK_FROM`` conversations. ``None`` when there is no
+    equality or a view's user rules ``page.user`` out.
+
+    The sizes are written into the statement, so that a plan made for it (a prepared
+    statement's generic plan on PostgreSQL) knows the window is small.
+    """
+    counts = [_capped_count(*terms, WALK_FROM) for terms in _equalities(metadata)]
+    key = _conv.c.created_at if page.order == "created" else _conv.c.updated_at
+    found = select_filtered(
+        ctx, [_conv.c.id, key], user=page.user, since=page.since, until=page.until
+    )
+    if found is None or not counts:
+        return None
+    common = [n >= _literal(WALK_FROM) for n in counts]
+    inner = _ordered(found[0].where(*common), [key, _conv.c.id], page.descending)
+    first = inner.limit(_literal(window)).subquery()
+    conds, _ = metadata_filter(metadata, first.c.id, join=False)
+    stmt = select(first.c.id).where(*conds)
+    stmt = _ordered(stmt, [first.c[key.name], first.c.id], page.descending)
+    stmt = stmt.limit(_literal(page.limit or 0))
+    return stmt.offset(_literal(page.offset)) if page.offset else stmt
+
+
+def _literal(n: int) -> ColumnElement[int]:
+    return literal_column(str(int(n)), Integer)
+
+
+def _ordered(stmt: Select[Any], keys: Sequence[Any], descending: bool) -> Select[Any]:
+    return stmt.order_by(*(k.desc() if descending else k.asc() for k in keys))
 
 
 def select_filtered(
@@ -183,7 +271,7 @@ def select_ids(
         "created": [_conv.c.created_at, id_key],
         "updated": [_conv.c.updated_at, id_key],
     }[order]
-    stmt = stmt.order_by(*(k.desc() if descending else k.asc() for k in keys))
+    stmt = _ordered(stmt, keys, descending)
     if limit is not None:
         stmt = stmt.limit(limit)
     if offset:
@@ -212,66 +300,81 @@ async def most_selective_first(
     by rounds (``PROBE_CAPS``) until one count falls below it: the counting reads about
     (number of keys) x (the smallest count) index entries, never a whole common key's.
     """
-    equalities = [(k, v) for k, v in metadata.items() if v is not None]
+    equalities = [k for k, v in metadata.items() if v is not None]
     if len(equalities) < 2:
         return metadata
+    terms = _equalities(metadata)
+    counts: list[int] = []
+    for cap in PROBE_CAPS:
+        probes = [_capped_count(*t, cap) for t in terms]
+        counts = [int(n) for n in (await conn.execute(select(*probes))).one()]
+        if cap is None or min(counts) < cap:
+            break
+    key = equalities[min(range(len(counts)), key=counts.__getitem__)]
+    return {key: metadata[key], **{k: v for k, v in metadata.items() if k != key}}
+
+
+def _equalities(
+    metadata: Mapping[str, Any],
+) -> list[tuple[ColumnElement[bool], ColumnElement[bool]]]:
+    """The metadata index's key and value conditions of each equality of ``metadata``."""
     md = s.metadata_entries
-    where = [
+    return [
         (
             md.c.key_digest == _rules.metadata_key_digest(k),
             md.c.digest == _codec.canonical_digest(v),
         )
-        for k, v in equalities
+        for k, v in metadata.items()
+        if v is not None
     ]
-    counts: list[int] = []
-    for cap in PROBE_CAPS:
-        probes = []
-        for same_key, same_value in where:
-            found: Select[Any] = (
-                select(literal_column("1")).select_from(md).where(same_key, same_value)
-            )
-            if cap is not None:
-                found = found.limit(cap)
-            probes.append(select(func.count()).select_from(found.subquery()).scalar_subquery())
-        counts = [int(n) for n in (await conn.execute(select(*probes))).one()]
-        if cap is None or min(counts) < cap:
-            break
-    first = min(range(len(counts)), key=counts.__getitem__)
-    key = equalities[first][0]
-    return {key: metadata[key], **{k: v for k, v in metadata.items() if k != key}}
+
+
+def _capped_count(
+    same_key: ColumnElement[bool], same_value: ColumnElement[bool], cap: int | None
+) -> ScalarSelect[Any]:
+    """How many metadata entries hold the key and value, counted up to ``cap`` (written
+    into the statement: a generic plan would count them all)."""
+    md = s.metadata_entries
+    found: Select[Any] = select(literal_column("1")).select_from(md).where(same_key, same_value)
+    if cap is not None:
+        found = found.limit(_literal(cap))
+    return select(func.count()).select_from(found.subquery()).scalar_subquery()
 
 
 def metadata_filter(
     metadata: Mapping[str, Any],
+    conversation: ColumnElement[str] | None = None,
+    *,
+    join: bool = True,
 ) -> tuple[list[ColumnElement[bool]], tuple[Any, ColumnElement[bool]] | None]:
-    """Conditions for a metadata filter, and the first equality as a join.
+    """Conditions for a metadata filter on the ids ``conversation`` (the conversations
+    table's by default), and the first equality as a join.
+
+    With ``join`` false every equality is checked on each row, as its own lookup: its
+    subquery has an ``OFFSET 0``, which keeps PostgreSQL from making it a join (a
+    generic plan, which does not know the value is common, would read all its matches).
 
     Returns ``(conditions, (alias, on_clause) | None)``.
     """
     md = s.metadata_entries
+    cid = _conv.c.id if conversation is None else conversation
     conds: list[ColumnElement[bool]] = []
     driver: tuple[Any, ColumnElement[bool]] | None = None
     for k, v in metadata.items():
         key = _rules.metadata_key_digest(k)
         if v is None:
-            conds.append(
-                ~exists().where(md.c.conversation_id == _conv.c.id, md.c.key_digest == key)
-            )
+            conds.append(~exists().where(md.c.conversation_id == cid, md.c.key_digest == key))
             continue
         _codec.encode(v, what="metadata value")
         digest = _codec.canonical_digest(v)
-        if driver is None:
+        if driver is None and join:
             md0 = md.alias("m0")
-            on = and_(
-                md0.c.conversation_id == _conv.c.id,
-                md0.c.key_digest == key,
-                md0.c.digest == digest,
-            )
+            on = and_(md0.c.conversation_id == cid, md0.c.key_digest == key, md0.c.digest == digest)
             driver = (md0, on)
             continue
-        conds.append(
-            exists().where(
-                md.c.key_digest == key, md.c.digest == digest, md.c.conversation_id == _conv.c.id
-            )
+        held: Select[Any] = select(literal_column("1")).select_from(md)
+        held = held.where(
+            md.c.key_digest == key, md.c.digest == digest, md.c.conversation_id == cid
         )
+        conds.append(exists(held if join else held.offset(_literal(0))))
     return conds, driver

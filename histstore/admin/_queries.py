@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .._core import codec as _codec
 from .._core.ids import validate_id
 from .._errors import NotFound
-from .._ops.listing import most_selective_first, select_filtered, select_ids
+from .._ops.listing import Page, most_selective_first, read_page, select_filtered, select_ids
 from .._storage import migrations as _migrations
 from .._storage import schema as s
 from .._store import Store
@@ -334,25 +334,12 @@ async def list_conversations(
         TypeError, ValueError: arguments of the wrong kind or range.
     """
 
-    def page(metadata: Mapping[str, Any] | None) -> Select[Any] | None:
-        return select_ids(
-            store.internals,
-            user=user,
-            metadata=metadata,
-            since=since,
-            until=until,
-            limit=limit,
-            offset=offset,
-            order=order,
-            descending=descending,
-        )
-
-    if page(metadata) is None:
+    page = Page(user, since, until, limit, offset, order, descending)
+    if select_ids(store.internals, metadata=metadata, **page.options()) is None:
         return []
 
     async def work(conn: AsyncConnection) -> list[ConversationInfo]:
-        found = page(await most_selective_first(conn, metadata) if metadata else None)
-        ids = [] if found is None else list((await conn.execute(found)).scalars())
+        ids = await read_page(store.internals, conn, metadata, page)
         return await _details(store, conn, ids)
 
     return await store.internals.executor.run(work, mode="snapshot", action="list conversations")

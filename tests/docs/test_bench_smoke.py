@@ -223,3 +223,27 @@ def test_quick_session_bytes_run_compares_both_adapters_with_the_frameworks_stor
             assert side["bytes_per_turn"] > 0
             assert side["turn_mean_ms"] > 0
     assert sum(line.startswith(backend) for line in lines) == 4
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_quick_scale_run_compares_every_row_with_the_raw_programs(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    pg_url = request.getfixturevalue("pg_url") if backend == "postgres" else None
+    lines, doc = run_quick("scale.py", tmp_path, pg_url)
+    rows = doc["results"][backend]["rows"]
+    for name in ("load", "bytes", "count", "search_rare"):
+        assert rows[name]["histstore"] > 0
+        assert rows[name]["raw"] > 0
+    for name in ("search_conv", "listing", "listing_selective", "purge"):
+        assert rows[name]["small"] > 0
+        assert rows[name]["big"] > 0
+    assert rows["search_rare"]["hits"] == 5
+    for case in ("read", "export", "import"):
+        for side in ("histstore", "raw"):
+            assert rows[case][side]["seconds"] > 0
+            assert rows[case][side]["rss_mb"] > 0
+    assert rows["read"]["histstore"]["messages"] == rows["read"]["raw"]["messages"] == 2000
+    stream = rows["stream"]["histstore"]
+    assert "skipped" in stream or stream["messages"] == 2000
+    assert any(line.startswith("read() long whole") and backend in line for line in lines)

@@ -63,3 +63,30 @@ async def test_the_key_fewest_conversations_hold_goes_first(store: Store) -> Non
     # Nobody holds an unknown value: it goes first, and the page is empty.
     assert await first({"app": tag, "user": "nobody"}) == ["user", "app"]
     assert await store.conversations(metadata={"app": tag, "user": "nobody"}) == []
+
+
+async def test_a_page_by_time_of_a_common_filter_is_that_of_the_filtered_order(
+    store: Store,
+) -> None:
+    # 70 conversations hold the key (a common filter), 40 newer ones do not, and two of
+    # the 70 changed last: some pages lie among the newest conversations, some not.
+    tag = new_id()
+    held = [f"{tag}-{i:03d}" for i in range(70)]
+    for cid in held:
+        await store.merge_metadata(cid, {"app": tag})
+    for i in range(40):
+        await store.merge_metadata(f"{tag}-n{i:02d}", {"app": "other"})
+    for cid in (held[10], held[20]):
+        await store.merge_metadata(cid, {"touched": True})
+    for order, descending in itertools.product(("created", "updated"), (False, True)):
+        everything = await store.conversations(order=order, descending=descending)  # type: ignore[arg-type]
+        ordered = [c for c in everything if c in held]
+        for limit, offset in ((1, 0), (2, 1), (5, 0), (20, 50), (3, 68)):
+            want = ordered[offset : offset + limit]
+            args: dict[str, Any] = {"order": order, "descending": descending}
+            page = {"limit": limit, "offset": offset, **args}
+            assert await store.conversations(metadata={"app": tag}, **page) == want
+            listed = await admin.list_conversations(store, metadata={"app": tag}, **page)
+            assert [c.id for c in listed] == want
+            two_keys = {"app": tag, "gone": None}
+            assert await store.conversations(metadata=two_keys, **page) == want
