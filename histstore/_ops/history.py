@@ -17,7 +17,7 @@ from typing import Any
 from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.ids import new_key, validate_id
-from .._core.models import Message, MessageLike, WriteOutcome, stored_message
+from .._core.models import Message, MessageLike, WriteOutcome, stored_message, stored_messages
 from .._editable.changes import Change
 from .._errors import ConflictError, HistStoreError, InvalidMessage, WriteError
 from .._storage import rows as _rows
@@ -131,9 +131,8 @@ class History:
 
     def messages(self, rows: Iterable[Sequence[Any]]) -> list[Message]:
         """Messages from ``(data, position, created_at, entry_id, author)`` rows fetched
-        by the driver."""
-        convert = self._ctx.sql.created_at
-        return [stored_message(r[0], r[1], r[2], convert, r[3], r[4]) for r in rows]
+        by the driver (a list of rows becomes the list of messages)."""
+        return stored_messages(rows, self._ctx.sql.created_at)
 
     async def count(self, conversation: str) -> int:
         validate_id(conversation)
