@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -206,6 +206,38 @@ class Store(EditableCalls):
             ValueError: a negative ``limit``, ``start`` or ``stop``.
         """
         return await self._history.read(conversation, limit, start, stop)
+
+    def stream(
+        self,
+        conversation: str,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        page: int = 1000,
+    ) -> AsyncIterator[Message]:
+        """The messages at positions ``start <= position < stop``, oldest first, as an
+        async iterator that reads ``page`` of them at a time: ``async for m in
+        store.stream(c): ...`` holds one page in memory however long the conversation.
+
+        Each page is one read of its own (by position, after the previous page), so a
+        long iteration holds no transaction or snapshot open between pages. Without a
+        ``stop``, the iteration ends at the length the conversation had when it began:
+        messages appended after that are not included (stream again from the last
+        position + 1 for them). A page reflects the conversation as it is when read:
+        a ``pop``, ``clear`` or edit during the iteration ends it early when the
+        conversation got shorter, and an edit that moves messages may make one be
+        skipped or seen twice; ``read()`` is one consistent read. An unknown
+        conversation (or, through a scoped view, another user's) yields nothing.
+
+        The arguments are checked when ``stream`` is called; the database is read (and a
+        closed store raises ``HistStoreError``) when the iteration starts.
+
+        Raises:
+            InvalidId: bad conversation id.
+            TypeError, ValueError: ``start`` or ``stop`` is not a non-negative int, or
+                ``page`` not a positive one.
+        """
+        return self._history.stream(conversation, start, stop, page)
 
     async def count(self, conversation: str) -> int:
         """How many messages the conversation holds; 0 when it is unknown."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass
 from datetime import datetime
 from types import MappingProxyType
@@ -24,6 +24,7 @@ __all__ = [
     "peek_data",
     "role_in",
     "stored_message",
+    "stored_messages",
 ]
 
 
@@ -249,6 +250,48 @@ def stored_message(
         _set_created(message, None)
         _set_created_raw(message, (convert, created_at))
     return message
+
+
+_SHARED_TIMES = 1024
+"""Distinct ``created_at`` values ``stored_messages`` keeps converted at most at once."""
+
+
+def stored_messages(
+    rows: Iterable[Sequence[Any]], convert: Callable[[Any], datetime | None] | None
+) -> list[Message]:
+    """Messages from ``(data, position, created_at, entry_id, author)`` rows, as
+    ``stored_message`` makes them, for a read of many.
+
+    A list of rows is turned into the list of messages in place: each row is let go as
+    its message is made, so the two are never all held at once. The messages of one
+    write share their time: each distinct ``created_at`` is converted once and the
+    messages holding it share the one value.
+    """
+    out: list[Any] = rows if type(rows) is list else list(rows)
+    times: dict[Any, datetime | None] = {}
+    new = Message.__new__
+    set_text, set_data, set_size = _set_text, _set_data, _set_size
+    set_position, set_entry_id, set_author = _set_position, _set_entry_id, _set_author
+    set_created, set_created_raw = _set_created, _set_created_raw
+    for i, row in enumerate(out):
+        raw = row[2]
+        try:
+            at = times[raw]
+        except KeyError:
+            if len(times) >= _SHARED_TIMES:
+                times.clear()
+            at = times[raw] = raw if convert is None else convert(raw)
+        message = new(Message)
+        set_text(message, row[0])
+        set_data(message, None)
+        set_size(message, -1)
+        set_position(message, row[1])
+        set_entry_id(message, row[3])
+        set_author(message, row[4])
+        set_created(message, at)
+        set_created_raw(message, None)
+        out[i] = message
+    return out
 
 
 def message_data(message: Message) -> dict[str, Any]:

@@ -10,14 +10,14 @@ same program, under the same lock: there is no second write path.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Generator, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.ids import new_key, validate_id
-from .._core.models import Message, MessageLike, WriteOutcome, stored_message
+from .._core.models import Message, MessageLike, WriteOutcome, stored_message, stored_messages
 from .._editable.changes import Change
 from .._errors import ConflictError, HistStoreError, InvalidMessage, WriteError
 from .._storage import rows as _rows
@@ -35,6 +35,9 @@ ZERO = WriteOutcome(0, False, None)
 SHORT_READ = 200
 """Messages a read returns at most (its ``limit``) for it to count as short: on SQLite it
 may then run on the event loop's own thread (``Executor.fetch``'s ``inline``)."""
+
+STREAM_PAGE = 1000
+"""Messages ``Store.stream`` reads per statement unless told otherwise."""
 
 SHORT_WRITE = 128
 """Messages of a batch at most for its append to count as short (``Executor.write``)."""
@@ -79,6 +82,44 @@ class History:
             result.reverse()
         return result
 
+    def stream(
+        self, conversation: str, start: int, stop: int | None, page: int
+    ) -> AsyncIterator[Message]:
+        """Check the arguments now; the iterator reads when iterated."""
+        validate_id(conversation)
+        start = _rules.argument(start, "start", allow_none=False) or 0
+        stop = _rules.argument(stop, "stop")
+        page = _rules.positive(page, "page")
+        return self._stream(conversation, start, stop, page)
+
+    async def _stream(
+        self, conversation: str, start: int, stop: int | None, page: int
+    ) -> AsyncIterator[Message]:
+        """Pages of ``page`` messages by position (keyset: each page starts after the
+        last one read), each one statement of its own, up to ``stop`` or the length the
+        conversation had at the start: a page shorter than asked for means the
+        conversation shrank meanwhile, and ends the iteration."""
+        ctx = self._ctx
+        length = await self.count(conversation)
+        end = length if stop is None else min(stop, length)
+        stmt = ctx.sql.read[False, True]
+        position = start
+        while position < end:
+            upto = min(position + page, end)
+            params = ctx.params(conversation, start=position, stop=upto, limit=None)
+            rows = await ctx.executor.fetch(
+                stmt, params, action="read", conversation=conversation, inline=page <= SHORT_READ
+            )
+            if not rows:
+                return
+            messages = self.messages(rows)
+            del rows
+            for message in messages:
+                yield message
+            if len(messages) < upto - position:
+                return
+            position = upto
+
     async def read_system(self, conversation: str) -> list[Message]:
         validate_id(conversation)
         ctx = self._ctx
@@ -90,9 +131,8 @@ class History:
 
     def messages(self, rows: Iterable[Sequence[Any]]) -> list[Message]:
         """Messages from ``(data, position, created_at, entry_id, author)`` rows fetched
-        by the driver."""
-        convert = self._ctx.sql.created_at
-        return [stored_message(r[0], r[1], r[2], convert, r[3], r[4]) for r in rows]
+        by the driver (a list of rows becomes the list of messages)."""
+        return stored_messages(rows, self._ctx.sql.created_at)
 
     async def count(self, conversation: str) -> int:
         validate_id(conversation)

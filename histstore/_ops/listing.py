@@ -99,19 +99,31 @@ class Listing:
         """``Store.purge``; ``progress(deleted so far)`` after every batch."""
         ctx = self._ctx
         cutoff = idle_cutoff(idle_for)
+        convert = ctx.sql.created_at  # the result processor of a time column
 
         # Locking the rows first means a conversation changed meanwhile is skipped
-        # whole (its lock makes the change wait, or the change makes it recent).
-        def program() -> Program[int]:
+        # whole (its lock makes the change wait, or the change makes it recent). Each
+        # batch is its own transaction and starts after the last one picked (keyset on
+        # updated_at, id): the cost is O(batch) whatever was deleted before.
+        def program(after: tuple[Any, str] | None) -> Program[tuple[int, tuple[Any, str] | None]]:
             params = {"owner": ctx.owner, "cutoff": cutoff, "batch": PURGE_BATCH}
-            rows = yield FETCH, ctx.sql.pick_idle, params
-            for (cid,) in rows:
+            if after is None:
+                rows = yield FETCH, ctx.sql.pick_idle, params
+            else:
+                at, cid = after
+                more = {**params, "after_at": at, "after_id": cid}
+                rows = yield FETCH, ctx.sql.pick_idle_after, more
+            for cid, _updated in rows:
                 yield from delete_conversation(ctx, cid)
-            return len(rows)
+            if not rows:
+                return 0, None
+            last = rows[-1][1] if convert is None else convert(rows[-1][1])
+            return len(rows), (last, rows[-1][0])
 
         total = 0
+        after: tuple[Any, str] | None = None
         while True:
-            done = await ctx.executor.write(program(), action="purge")
+            done, after = await ctx.executor.write(program(after), action="purge")
             total += done
             if progress is not None:
                 progress(total)

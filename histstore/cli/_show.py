@@ -3,7 +3,8 @@
 ``show`` prints the conversation as ``admin.tail`` reads it (one snapshot, only the
 entries it prints): its details, then its entries with positions, times and roles, an
 entry an editor made marked ``(by AUTHOR)``, and each aside drawn after the entry it
-follows. ``show --json`` prints the messages as JSON Lines, read page by page. ``log``
+follows. ``show --json`` prints the messages as JSON Lines, streamed a page at a time
+(``Store.stream``). ``log``
 lists ``store.changes`` (never a message's content: counts, positions and entry ids),
 ``revert`` runs ``store.revert``.
 """
@@ -13,11 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import IO, Any
 
-from histstore import Aside, Change, Message, Store, admin
+from histstore import Aside, Change, Store, admin
 
 from ._commands import open_store
 from ._render import Printer, Style, change_summary, compact, table, when
@@ -31,15 +31,6 @@ async def cmd_show(args: argparse.Namespace) -> int:
     async with open_store(args.url, schema=args.schema, read_only=True) as store:
         await show_conversation(store, args.id, sys.stdout, last=args.last, as_json=args.json)
     return 0
-
-
-async def _pages(store: Store, cid: str, start: int, stop: int) -> AsyncIterator[list[Message]]:
-    while start < stop:
-        page = await store.read(cid, start=start, stop=min(start + _PAGE, stop))
-        if not page:
-            return
-        yield page
-        start = (page[-1].position or start) + 1
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -56,16 +47,15 @@ async def show_conversation(
     info = await admin.describe(store, cid)
     start = 0 if last is None else max(info.length - last, 0)
     if as_json:
-        async for page in _pages(store, cid, start, info.length):
-            for m in page:
-                record = {
-                    "position": m.position,
-                    "created_at": _iso(m.created_at),
-                    "entry_id": m.entry_id,
-                    "author": m.author,
-                    "data": m.to_dict(),
-                }
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        async for m in store.stream(cid, start=start, stop=info.length, page=_PAGE):
+            record = {
+                "position": m.position,
+                "created_at": _iso(m.created_at),
+                "entry_id": m.entry_id,
+                "author": m.author,
+                "data": m.to_dict(),
+            }
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
         return
     view = await admin.tail(store, cid, last=last)
     metadata = await store.metadata(cid) if info.metadata_keys else {}

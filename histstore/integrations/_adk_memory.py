@@ -399,14 +399,17 @@ async def _append_reading(view: Store, conversation: str, records: list[dict[str
     the module) the ``records`` whose ids it does not hold, read from the whole
     conversation; whether it wrote any."""
     for _ in range(_RETRIES):
-        stored = await view.read(conversation)
-        have = {record_id(m.to_dict()) for m in stored}
+        have: set[Any] = set()
+        length = 0
+        async for m in view.stream(conversation):  # only the ids are kept
+            have.add(record_id(m.to_dict()))
+            length += 1
         new = unique(r for r in records if r[RECORD]["id"] not in have)
         if not new:
             return False
         try:
             # `at`: nobody appended since the read (else read again, skip what came).
-            await view.write(conversation, new, at=len(stored))
+            await view.write(conversation, new, at=length)
         except ConflictError:
             continue
         return True

@@ -117,7 +117,7 @@ class HiststoreHistoryProvider(HistoryProvider, _StoreAdapter):
         """
         conversation = validate_id(session_id or DEFAULT_SESSION)
         store = await self._store()
-        return [_framework_message(m) for m in await store.read(conversation)]
+        return [_framework_message(m) async for m in store.stream(conversation)]
 
     async def save_messages(
         self,

@@ -226,8 +226,8 @@ class HiststoreChatMessageHistory(BridgedAdapter, BaseChatMessageHistory):
     # ------------------------------------------------------------------ plumbing
 
     async def _read(self, store: Store) -> list[BaseMessage]:
-        stored = await store.read(self.conversation_id)
-        return [self._convert(m) for m in stored]
+        # Streamed: only one page of stored messages is held beside the converted ones.
+        return [self._convert(m) async for m in store.stream(self.conversation_id)]
 
     def _convert(self, message: Message) -> BaseMessage:
         try:

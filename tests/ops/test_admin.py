@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from helpers import new_id
+from sqlalchemy import update
 from waiting import clock_tick
 
 import histstore
 from histstore import InvalidId, InvalidMessage, Message, NotFound, Summary, admin
+from histstore._storage import schema as _schema
 
 
 async def _fill(store: histstore.Store) -> dict[str, str]:
@@ -175,6 +177,28 @@ async def test_purge_reports_progress_batch_by_batch(
     with pytest.raises(ValueError, match="negative"):
         await admin.purge(store, idle_for=timedelta(-1), progress=lambda *c: calls.append(c))
     assert calls == [(0, 0)]
+
+
+async def test_purge_batches_go_through_conversations_idle_since_the_same_time(
+    store: histstore.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each batch starts after the last one picked (by time, then id): ties in time are
+    neither skipped nor picked twice."""
+    monkeypatch.setattr(histstore._ops.listing, "PURGE_BATCH", 2)
+    idle = sorted(new_id("idle") for _ in range(7))
+    for cid in idle:
+        await store.write(cid, [Message.user("hi")])
+    recent = new_id("recent")
+    await store.write(recent, [Message.user("hi")])
+    conv = _schema.conversations
+    async with store.engine.begin() as conn:
+        old = datetime.now(timezone.utc) - timedelta(days=3)
+        await conn.execute(update(conv).where(conv.c.id.in_(idle)).values(updated_at=old))
+    calls: list[tuple[int, int]] = []
+    gone = await admin.purge(store, idle_for=timedelta(days=1), progress=lambda *c: calls.append(c))
+    assert gone == 7
+    assert calls == [(2, 7), (4, 7), (6, 7), (7, 7)]
+    assert await store.conversations() == [recent]
 
 
 def test_progress_ends_at_what_was_done() -> None:

@@ -7,7 +7,7 @@ conversation, and a full snapshot (state, lists, raw rows of every table) must n
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -98,6 +98,10 @@ async def _edit_and_commit(view: Store, conversation: str) -> int:
     return await _commit(view, await view.edit(conversation))
 
 
+async def _streamed(messages: AsyncIterator[Message]) -> list[Message]:
+    return [m async for m in messages]
+
+
 async def _refreshed(view: Store, conversation: str) -> Conversation:
     value = Conversation(conversation)
     await view.refresh(value)
@@ -108,6 +112,8 @@ async def _refreshed(view: Store, conversation: str) -> Conversation:
 CASES: dict[str, tuple[Call, Any]] = {
     "read": (lambda w: w.view.read(w.victim), []),
     "read-page": (lambda w: w.view.read(w.victim, start=1, stop=4, limit=2), []),
+    "stream": (lambda w: _streamed(w.view.stream(w.victim)), []),
+    "stream-page": (lambda w: _streamed(w.view.stream(w.victim, start=1, stop=4, page=1)), []),
     "count": (lambda w: w.view.count(w.victim), 0),
     "system_messages": (lambda w: w.view.system_messages(w.victim), []),
     "status": (lambda w: w.view.status(w.victim), "empty"),
@@ -181,7 +187,7 @@ CASES: dict[str, tuple[Call, Any]] = {
 }
 
 PUBLIC_METHODS = {
-    "read", "count", "write", "pop", "clear", "conversations", "exists", "load", "save",
+    "read", "stream", "count", "write", "pop", "clear", "conversations", "exists", "load", "save",
     "fork", "add_summary", "summaries", "metadata", "merge_metadata", "list_append",
     "list_load", "list_len", "purge", "system_messages", "status", "lease", "search",
     "edit", "changes", "commit", "refresh", "revert", "newest_by",
@@ -240,6 +246,7 @@ async def test_view_answers_as_for_an_unknown_id(store: Store, owner: str | None
     await view.write(mine, user_msgs(1))
     for c in (victim, unknown):
         assert await view.read(c) == []
+        assert [m async for m in view.stream(c)] == []
         assert await view.count(c) == 0
         assert not await view.exists(c)
         assert await view.summaries(c) == []

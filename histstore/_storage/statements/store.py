@@ -21,6 +21,7 @@ from sqlalchemy import (
     literal_column,
     null,
     select,
+    tuple_,
     update,
 )
 
@@ -279,11 +280,21 @@ class Statements:
         idle: ColumnElement[bool] = _conv.c.updated_at < idle_since
         if scoped:
             idle = and_(idle, _conv.c.owner == owner)
-        self.pick_idle = compile_(
-            _dialects.for_update(
-                dialect,
-                select(_conv.c.id).where(idle).limit(bindparam("batch", type_=Integer)),
-            )
+        # Purge's batches walk the (owner,) updated_at, id index: each starts after the
+        # last conversation the one before picked, so no batch passes over the entries
+        # of those already deleted (Postgres keeps them until a vacuum).
+        picked = (
+            select(_conv.c.id, _conv.c.updated_at)
+            .order_by(_conv.c.updated_at, _conv.c.id)
+            .limit(bindparam("batch", type_=Integer))
+        )
+        after = tuple_(_conv.c.updated_at, _conv.c.id) > tuple_(
+            bindparam("after_at", type_=_conv.c.updated_at.type),
+            bindparam("after_id", type_=_conv.c.id.type),
+        )
+        self.pick_idle, self.pick_idle_after = (
+            compile_(_dialects.for_update(dialect, picked.where(*where)))
+            for where in ([idle], [idle, after])
         )
 
         # ---------------------------------------------------------------- state
