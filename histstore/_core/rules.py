@@ -91,11 +91,13 @@ def time(value: object, what: str = "time") -> datetime:
         raise InvalidMessage(f"{what} has no UTC form within the years 1 to 9999") from None
 
 
-def role_key(role: str) -> str:
-    """What the ``role`` column holds for a message's role: the role itself, with NUL
-    (which text columns cannot hold) shown as U+FFFD. The column only serves the index
-    of system messages; the message's own JSON keeps the exact role."""
-    return role.replace("\x00", "\ufffd") if "\x00" in role else role
+def role_key(role: str | None) -> str | None:
+    """What the ``role`` column holds for a message's role: ``'system'`` for a system
+    message, ``NULL`` for any other. The column only serves the index of system messages
+    (the message's own JSON keeps the exact role), so the common roles cost no bytes
+    there. Rows an older histstore stored hold their role itself; only ``'system'`` is
+    ever looked for."""
+    return "system" if role == "system" else None
 
 
 def metadata_key(key: object) -> str:

@@ -118,7 +118,9 @@ class TextSearch:
             updates = []
             for cid, position, role, data, stored in rows:
                 new_data, new_role, text = as_written(data)
-                if (new_data, new_role, text) != (data, role, stored):
+                # A role column an older histstore filled for every role means what
+                # NULL means now (``_core.rules.role_key``): not a change.
+                if (new_data, new_role, text) != (data, _rules.role_key(role), stored):
                     updates.append(
                         {"c_": cid, "p_": position, "old_": data, "d_": new_data}
                         | {"r_": new_role, "t_": text}
@@ -138,7 +140,7 @@ class TextSearch:
         return changed
 
 
-def as_written(data: str) -> tuple[str, str, str | None]:
+def as_written(data: str) -> tuple[str, str | None, str | None]:
     """A stored message's JSON, ``role`` column and search text as a write stores them
     now: an adapter envelope stored without its ``role`` (by an adapter older than
     revision f3b8d6a2c915, or before ``histstore migrate --sql`` output that could not

@@ -101,7 +101,7 @@ def message_row(
     conversation: str,
     position: int,
     *,
-    role: str,
+    role: str | None,
     data: str,
     token_count: int | None,
     created_at: datetime,
@@ -132,16 +132,18 @@ order of the values of ``batch_values``."""
 
 def message_columns(
     message: Message, data: Mapping[str, Any] | None = None
-) -> tuple[str, str, str | None]:
+) -> tuple[str | None, str, str | None]:
     """The ``role``, ``data`` and ``search_text`` columns of ``message``, from ``data``,
     its JSON object, when the caller has it (else read once and kept on the message)."""
     d = message_data(message) if data is None else data
     return role_key(role_in(d)), message.to_json(), stored_search_text(d)
 
 
-def batch_columns(batch: Batch, skip: int = 0) -> tuple[list[str], list[str], list[str | None]]:
+def batch_columns(
+    batch: Batch, skip: int = 0
+) -> tuple[list[str | None], list[str], list[str | None]]:
     """The ``role``, ``data`` and ``search_text`` columns of ``batch.messages[skip:]``."""
-    roles: list[str] = []
+    roles: list[str | None] = []
     datas: list[str] = []
     texts: list[str | None] = []
     for m in batch.messages[skip:]:

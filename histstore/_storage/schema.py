@@ -190,6 +190,8 @@ messages = Table(
     metadata,
     Column("conversation_id", ID, nullable=False),
     Column("position", BigInteger, nullable=False),
+    # 'system' for a system message, NULL for any other (``_core.rules.role_key``): it
+    # serves the index of system messages only (older rows hold any role).
     Column("role", Text, nullable=True),
     Column("data", Text, nullable=False),
     Column("token_count", Integer, nullable=True),

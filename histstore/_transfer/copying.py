@@ -192,10 +192,10 @@ def _messages(
 
     The JSON text was checked by the source store when it was written; what the
     destination decides anew is its size limit, the token counts, the times, the
-    role column (``_core.rules.role_key``: an old store may hold a NUL there), the entry ids
+    role column (``_core.rules.role_key``: ``'system'`` or NULL), the entry ids
     and the authors.
     """
-    roles: list[str] = []
+    roles: list[str | None] = []
     datas: list[str] = []
     tokens: list[int | None] = []
     times: list[datetime] = []
@@ -214,7 +214,9 @@ def _messages(
             raise InvalidMessage(
                 f"message {position} has {size} bytes of JSON, over the limit of {limit}"
             )
-        if not isinstance(role, str):
+        if role is None and '"system"' in text:
+            # NULL: any role but system (or, in an older store, an envelope stored
+            # without its role): the JSON says which, when it may be a system message.
             role = stored_message(text, None, None).role
         roles.append(_rules.role_key(role))
         datas.append(text)

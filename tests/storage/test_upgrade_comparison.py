@@ -4,10 +4,11 @@ then each row, each read and each search agree with the same messages written fr
 head (into another conversation of the same database).
 
 What a revision's histstore stored is what its writes computed: the role column (the
-role, else the type), the JSON, and from b7d4e2a91c30 on the search text, by the rule
-of its time. Those rules are the revisions' own copies (b7d4e2a91c30 until f3b8d6a2c915,
-f3b8d6a2c915 until c8d2f4a6e1b9), which are what the writes of those times computed;
-from c8d2f4a6e1b9 on, today's rule. Rows are inserted with SQL, listed for the full-text
+role, else the type; compared as the index of system messages reads it), the JSON, and
+from b7d4e2a91c30 on the search text, by the rule of its time. Those rules are the
+revisions' own copies (b7d4e2a91c30 until f3b8d6a2c915, f3b8d6a2c915 until
+c8d2f4a6e1b9), which are what the writes of those times computed; from c8d2f4a6e1b9
+on, today's rule. Rows are inserted with SQL, listed for the full-text
 index as that revision's writes listed them.
 """
 
@@ -28,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 import histstore
 from histstore._core import codec
+from histstore._core import rules as _rules
 from histstore._storage import migrations as _migrations
 from histstore._storage import rows as _rows
 from histstore._storage import schema as _schema
@@ -191,7 +193,9 @@ async def _rows_of(engine: AsyncEngine, cid: str) -> list[tuple[str, str, str | 
             .where(m.c.conversation_id == cid)
             .order_by(m.c.position)
         )
-        return [(role, data, _text(t, data)) for role, data, t in found]
+        # The role column serves the index of system messages alone: a role an older
+        # histstore stored for any other message means what NULL means now.
+        return [(_rules.role_key(role), data, _text(t, data)) for role, data, t in found]
 
 
 @pytest.mark.parametrize("start", REVISIONS[:-1])

@@ -227,10 +227,15 @@ def search(
             .where(name.op("MATCH")(bindparam("q", type_=Text)))
         )
         if by_conversation or scoped:
+            scope = conv_id if by_conversation else None
             # Unary plus: a condition of the scan, not a rowid to look up (the index's
             # statistics would be gathered again for each).
             match: ColumnElement[Any] = literal_column(f"+{fts}.rowid")
-            stmt = stmt.where(_in_small_scope(match, conv_id if by_conversation else None))
+            stmt = stmt.where(_in_small_scope(match, scope))
+            # The scope's rowid range, which FTS5 takes as bounds of its scan: it reads
+            # the matches between them only (bm25 still counts the store's).
+            lo, hi = _scope_bounds(scope)
+            stmt = stmt.where(index.c.rowid >= lo, index.c.rowid <= hi)
         best = rank.asc()
     if by_conversation:
         stmt = stmt.where(msg.c.conversation_id == conv_id)
@@ -268,6 +273,31 @@ def _in_small_scope(rowid: ColumnElement[Any], conversation: ColumnElement[Any] 
             conv.c.owner == OWNER
         )
     return or_(not_(_small_scope(conversation)), rowid.in_(rowids))
+
+
+_ROWIDS = (-(2**63), 2**63 - 1)
+"""SQLite's lowest and highest rowid."""
+
+
+def _scope_bounds(conversation: ColumnElement[Any] | None) -> tuple[Any, Any]:
+    """SQLite: the lowest and highest rowid of a small scope's messages (``conversation``'s,
+    else the owner's), read once per search; every rowid for a large scope; ``NULL`` (no
+    match) for a scope without messages."""
+    msg, conv = s.messages, s.conversations
+    inner = msg.alias("bound_m")
+    rowid: ColumnElement[Any] = literal_column("bound_m.rowid")
+    large = _small_scope(conversation) == literal_column("0")
+    bounds = []
+    for agg, every in ((func.min, _ROWIDS[0]), (func.max, _ROWIDS[1])):
+        found: Select[Any] = select(agg(rowid)).select_from(inner)
+        if conversation is not None:
+            found = found.where(inner.c.conversation_id == conversation)
+        else:
+            found = found.join(conv, conv.c.id == inner.c.conversation_id).where(
+                conv.c.owner == OWNER
+            )
+        bounds.append(case((large, literal_column(str(every))), else_=found.scalar_subquery()))
+    return bounds[0], bounds[1]
 
 
 def _small_scope(conversation: ColumnElement[Any] | None) -> ColumnElement[bool]:
