@@ -161,32 +161,41 @@ def _pg_search(dialect: Dialect, scoped: bool, by_conversation: bool) -> Select[
     msg, conv = s.messages, s.conversations
     conv_id = bindparam("c", type_=msg.c.conversation_id.type)
     query = pg_query()
-    made = pg_vector(dialect, msg)
-    score = func.ts_rank_cd(made, query.c.q).label("score")
-    stmt = select(
-        msg.c.conversation_id, msg.c.position, msg.c.data, msg.c.created_at, score
-    ).select_from(msg.join(query, true()))
-    matching = made.op("@@")(query.c.q)
-    if by_conversation:
-        stmt = stmt.where(msg.c.conversation_id == conv_id)
-    elif scoped:
-        owned = select(conv.c.id).where(conv.c.owner == OWNER).scalar_subquery()
-        stmt = stmt.where(msg.c.conversation_id.in_(owned))
-    if scoped:
-        stmt = stmt.where(exists().where(conv.c.id == msg.c.conversation_id, conv.c.owner == OWNER))
+
+    def hits(vector: ColumnElement[Any], joined: Any) -> Select[Any]:
+        """The scope's messages ranked by ``vector`` (from ``joined``)."""
+        score = func.ts_rank_cd(vector, query.c.q).label("score")
+        stmt = select(
+            msg.c.conversation_id, msg.c.position, msg.c.data, msg.c.created_at, score
+        ).select_from(joined)
+        if by_conversation:
+            stmt = stmt.where(msg.c.conversation_id == conv_id)
+        elif scoped:
+            owned = select(conv.c.id).where(conv.c.owner == OWNER).scalar_subquery()
+            stmt = stmt.where(msg.c.conversation_id.in_(owned))
+        if scoped:
+            owner = exists().where(conv.c.id == msg.c.conversation_id, conv.c.owner == OWNER)
+            stmt = stmt.where(owner)
+        return stmt
+
     limit = bindparam("limit", type_=BigInteger)
+    made = pg_vector(dialect, msg)
+    indexed = hits(made, msg.join(query, true())).where(made.op("@@")(query.c.q))
     if not (by_conversation or scoped):
-        best = (score.desc(), msg.c.conversation_id, msg.c.position)
-        return stmt.where(matching).order_by(*best).limit(limit)
-    # A small scope's messages are read by key and matched one by one (the function form
-    # of @@, which no index serves): the GIN index would list every match of the store
+        best = (indexed.selected_columns.score.desc(), msg.c.conversation_id, msg.c.position)
+        return indexed.order_by(*best).limit(limit)
+    # A small scope's messages are read by key, and each one's vector is made once (a
+    # subquery that OFFSET keeps from being merged) and matched by the function form of
+    # @@, which no index serves: the GIN index would list every match of the store
     # first. A large scope goes by the GIN index. Both parts are planned; a one-time
     # condition runs one of them.
     small = _small_scope(conv_id if by_conversation else None, PG_SCOPE_MESSAGES)
-    by_key = func.ts_match_vq(made, query.c.q)
-    hits = union_all(stmt.where(by_key, small), stmt.where(matching, not_(small))).subquery()
-    ranked = (hits.c.score.desc(), hits.c.conversation_id, hits.c.position)
-    return select(*hits.c).order_by(*ranked).limit(limit)
+    own = select(made.label("v")).correlate(msg).offset(literal_column("0")).lateral("made")
+    by_key = hits(own.c.v, msg.join(query, true()).join(own, true()))
+    by_key = by_key.where(func.ts_match_vq(own.c.v, query.c.q), small)
+    found = union_all(by_key, indexed.where(not_(small))).subquery()
+    ranked = (found.c.score.desc(), found.c.conversation_id, found.c.position)
+    return select(*found.c).order_by(*ranked).limit(limit)
 
 
 SCOPE_SET_MESSAGES = 20_000
