@@ -128,10 +128,7 @@ class PgEmptier:
 
     def __init__(self, url: str) -> None:
         self._conn = psycopg.connect(url, autocommit=True)
-        tables = [
-            *_schema.PG_SEARCH_TABLES,
-            *(table.name for table in reversed(_schema.metadata.sorted_tables)),
-        ]
+        tables = [table.name for table in reversed(_schema.metadata.sorted_tables)]
         try:
             self._conn.execute("SET session_replication_role = replica")
             self._statements = [f"DELETE FROM {table}" for table in tables]

@@ -54,7 +54,6 @@ class TextSearch:
                 await executor.index_list()
         if rows is None:
             rows = await executor.fetch(stmt, params, action="search", conversation=conversation)
-            executor.index_soon()  # Postgres: what it made vectors for, the next one need not
         convert = ctx.sql.created_at
         hits = [
             Hit(r[0], int(r[1]), stored_message(r[2], int(r[1]), r[3], convert), float(r[4]))

@@ -34,7 +34,7 @@ from .long_work import LongWork
 from .pool_options import DEFAULT_REFUSED_WAIT
 from .read_groups import ReadGroups
 from .refusals import Backoff, connection
-from .search_index import INDEX_GROUPS, INDEX_MESSAGES, IndexScheduler, PendingIndex, VectorIndex
+from .search_index import INDEX_GROUPS, IndexScheduler, PendingIndex
 from .sqlite_writer import SqliteWriter
 from .statements import dialects as _dialects
 from .transaction import Transaction
@@ -131,14 +131,12 @@ class Executor(LongWork):
         )
         self.pending: PendingIndex | None = None if sqlite is None else PendingIndex(self.driver)
         """SQLite's pending list of the full-text index (``_storage.search_index``)."""
-        # One scheduler indexes the pending list in the background, on both databases
-        # (``search_index.IndexScheduler``); on SQLite through the writer's queue.
+        # SQLite: a scheduler indexes the pending list in the background, through the
+        # writer's queue (``search_index.IndexScheduler``). Postgres's index is kept by
+        # the writes themselves.
         self.indexer: IndexScheduler | None = None
         if read_only:
             pass
-        elif sqlite is None:
-            vectors = VectorIndex(self.driver)
-            self.indexer = IndexScheduler(vectors.index, self._index_run, INDEX_MESSAGES)
         elif self._grouped and self.pending is not None and self.writer is not None:
             index = self.pending.index
             self.indexer = IndexScheduler(index, self._index_in_queue, INDEX_GROUPS)
@@ -210,19 +208,10 @@ class Executor(LongWork):
         elif self.indexer is not None:
             self.indexer.listed(messages)
 
-    def index_soon(self) -> None:
-        """Postgres, a writable store: index the pending list in the background, unless a
-        run is under way (after a search, which made the listed messages' vectors)."""
-        if self.indexer is not None and self._sqlite is None:
-            self.indexer.soon()
-
     async def index_list(self) -> None:
         """Index the full-text index's whole pending list (``_storage.search_index``), as
         a search of a writable SQLite store does first when the list holds messages."""
-        if self.pending is None:
-            if self.indexer is not None:
-                self.check()
-                await self.indexer.run(to_end=True)
+        if self.pending is None:  # Postgres: its writes keep the index
             return
         program = self.pending.index(None)
         if not self._grouped:
@@ -230,9 +219,6 @@ class Executor(LongWork):
         else:
             self.check()
             await self._index_in_queue(program)
-
-    async def _index_run(self, program: Program[bool]) -> bool:
-        return await self.write(program, action="indexing search text", single=True, lists=0)
 
     async def _index_in_queue(self, program: Program[bool]) -> bool:
         """An indexing run in the SQLite writer's queue, marked as such: it lists nothing."""

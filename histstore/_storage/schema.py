@@ -41,7 +41,7 @@ __all__ = [
     "FTS_TABLE",
     "LISTED_CHANGE",
     "ONE",
-    "PG_SEARCH_TABLES",
+    "PG_TEXT_INDEX",
     "THREAD_FTS",
     "THREAD_TEXT_INDEX",
     "VERSION_TABLE",
@@ -81,32 +81,28 @@ revision c8d2f4a6e1b9 from ``..._pending``, so that no older process indexes it.
 UNLISTED_FTS = "histstore_unlisted_fts"
 """A read-only SQLite store's per-search FTS5 table (in the connection's temporary
 database) of the messages on the full-text index's pending list (``_storage.search_index``)."""
-PG_SEARCH_TABLES = ("histstore_search_vectors", "histstore_search_listed")
-"""Postgres's full-text index: the vectors and their pending list (revision e9a4c2f8b5d1;
-the list renamed by c8d2f4a6e1b9; described in ``_storage.statements.search``)."""
+PG_TEXT_INDEX = "ix_histstore_messages_text"
+"""Postgres's full-text index of messages: GIN on the ``to_tsvector`` of their text
+(revision 5b7e2d4a9c13; ``_storage.statements.search.pg_vector``)."""
 THREAD_FTS = "histstore_checkpoint_text_fts"
 """SQLite's full-text index of ``checkpoint_text.text`` (an FTS5 table kept by triggers)."""
 THREAD_TEXT_INDEX = "ix_histstore_checkpoint_text_vector"
 """Postgres's full-text index of ``checkpoint_text.text``: GIN on its ``to_tsvector``."""
-MESSAGE_ENTRY_INDEX = "ix_histstore_messages_entry"
-"""Postgres: messages by ``(conversation_id, entry_id)``, how the full-text index names them."""
 VECTORS_FOREIGN_KEY = "fk_histstore_vectors_conversation_id_histstore_messages"
 """The foreign key of semantic vectors to messages, until f7c2a9d3e8b4 (SQLite keeps it)."""
 
 
 def described(name: str | None, type_: str) -> bool:
     """Whether a histstore table, column or index is one this metadata describes: the
-    full-text index (SQLite's FTS5 table and its pending list; Postgres's vectors, their
-    pending list and the entry index they go by) is made by its migration alone, as it
+    full-text index (SQLite's FTS5 table and its pending list; Postgres's GIN index on an
+    expression of the messages' text) is made by its migration alone, as it
     differs by database, and so is the semantic vectors' foreign key (SQLite only)."""
     if name is None:
         return True
     if type_ == "table":
-        return not name.startswith((FTS_TABLE, THREAD_FTS)) and name not in PG_SEARCH_TABLES
+        return not name.startswith((FTS_TABLE, THREAD_FTS))
     if type_ == "index":
-        return name not in (MESSAGE_ENTRY_INDEX, THREAD_TEXT_INDEX) and not any(
-            t in name for t in PG_SEARCH_TABLES
-        )
+        return name not in (PG_TEXT_INDEX, THREAD_TEXT_INDEX)
     if type_ == "foreign_key_constraint":  # SQLite's tables keep it, unenforced
         return name != VECTORS_FOREIGN_KEY
     return True
@@ -199,7 +195,7 @@ messages = Table(
     # What search finds the message by, where not its string ``content`` (NULL then, or
     # with no text; '' for no text beside a string content: ``rows.stored_search_text``).
     # The full-text index covers ``statements.search.message_text``: SQLite's FTS5 table
-    # ``histstore_messages_fts`` (external content), Postgres's ``PG_SEARCH_TABLES``; both
+    # ``histstore_messages_fts`` (external content), Postgres's ``PG_TEXT_INDEX``; both
     # are the migrations', not described here (``statements.search`` queries them).
     Column("search_text", Text, nullable=True),
     # The entry's stable id in its conversation (SPEC 11) and who edited it in (NULL

@@ -22,21 +22,9 @@ index of its own, made per search in the connection's temporary database
 (``schema.UNLISTED_FTS``, read beside FTS5 in a transaction that is rolled back, which
 drops it), whose ranks are computed over those messages alone.
 
-PostgreSQL (``VectorIndex``): the index proper is ``search_vectors``, the
-``to_tsvector('simple', message_text)`` of each message by entry id, with a GIN index
-(revision e9a4c2f8b5d1). Each run of consecutive entry ids an INSERT stored is listed
-in ``search_pending``, in the write's own transaction: by the common append's own
-statement (``statements.appends``), by a statement trigger for every other; an update of
-a message's text drops its vector and lists it; a delete drops the vectors. Indexing
-(``VectorIndex.index``) takes runs off the list and makes their vectors, in one
-statement that is its own write transaction (``FOR UPDATE SKIP LOCKED``: indexers of
-several processes take different runs). A search reads the vectors of messages that
-are not listed and makes the listed messages' vectors itself
-(``_storage.statements.search``), so it needs no write first, and a read-only
-store finds everything too. Who indexes (``IndexScheduler``, as on SQLite): a store in the
-background after about ``INDEX_MESSAGES`` messages of its writes and after each of its
-searches, and when it closes; a crash leaves the list to the next store that writes or
-searches.
+PostgreSQL has no pending list: its index is a GIN index on the messages' own text
+(``statements.search.PG_TEXT_INDEX``, revision 5b7e2d4a9c13), which the statement that
+writes a message keeps.
 """
 
 from __future__ import annotations
@@ -47,33 +35,26 @@ from typing import Any, Literal
 
 from sqlalchemy import (
     ColumnElement,
-    and_,
     bindparam,
     column,
-    delete,
-    func,
     literal_column,
     select,
     table,
     text,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.types import BigInteger, Text
 
 from . import schema as s
 from .drivers import EXECUTE, FETCH, Driver, Program, Step
-from .statements.search import message_text, search_pending, search_vectors
+from .statements.search import message_text
 from .states import transition
 
 __all__ = [
     "CHUNK",
     "INDEX_GROUPS",
-    "INDEX_MESSAGES",
     "PENDING_TABLE",
-    "RUNS",
     "IndexScheduler",
     "PendingIndex",
-    "VectorIndex",
 ]
 
 PENDING_TABLE = s.FTS_LISTED
@@ -150,84 +131,14 @@ INDEX_GROUPS = 256
 """SQLite: groups of writers that may have listed messages after which the store indexes
 the list in the background (``IndexScheduler``)."""
 
-INDEX_MESSAGES = 1_000
-"""Postgres: about how many messages a store writes before it indexes the list in the
-background. A search makes the vectors of what is listed (some 40 us a message), and an
-indexing run costs a transaction."""
-
-RUNS = 512
-"""Postgres: listed runs indexed in one transaction at most (a run is what one statement
-stored in one conversation: a write's batch, a splice's new entries)."""
-
-
-class VectorIndex:
-    """The statement that indexes Postgres's pending list (see the module doc)."""
-
-    def __init__(self, driver: Driver) -> None:
-        vectors, pending, msg = search_vectors, search_pending, s.messages
-        text_ = message_text(driver.dialect, msg)
-        ctid: ColumnElement[Any] = literal_column("ctid")
-        picked = (
-            select(ctid)
-            .select_from(pending)
-            .limit(bindparam("n", type_=BigInteger))
-            .with_for_update(skip_locked=True)
-            .scalar_subquery()
-        )
-        taken = (
-            delete(pending)
-            .where(ctid.in_(picked))
-            .returning(pending.c.conversation_id, pending.c.first_entry, pending.c.last_entry)
-            .cte("taken")
-        )
-        # Runs may overlap (a message listed again): each message once. Its text is
-        # computed once, in the subquery (which DISTINCT ON keeps from being merged into
-        # the outer query), then filtered on and made a vector.
-        listed = (
-            select(msg.c.conversation_id, msg.c.entry_id, text_.label("t"))
-            .ext(postgresql.distinct_on(msg.c.conversation_id, msg.c.entry_id))
-            .select_from(
-                taken.join(
-                    msg,
-                    and_(
-                        msg.c.conversation_id == taken.c.conversation_id,
-                        msg.c.entry_id.between(taken.c.first_entry, taken.c.last_entry),
-                    ),
-                )
-            )
-            .subquery("listed")
-        )
-        made = select(
-            listed.c.conversation_id,
-            listed.c.entry_id,
-            func.to_tsvector(literal_column("'simple'::regconfig"), listed.c.t),
-        ).where(listed.c.t.is_not(None))
-        insert = postgresql.insert(vectors).from_select(
-            ["conversation_id", "entry_id", "vector"], made
-        )
-        insert = insert.on_conflict_do_update(
-            index_elements=[vectors.c.conversation_id, vectors.c.entry_id],
-            set_={"vector": insert.excluded.vector},
-        )
-        self._index = driver.compile(
-            select(func.count()).select_from(taken).add_cte(insert.cte("made"))
-        )
-
-    def index(self, runs: int = RUNS) -> Generator[Step, Any, bool]:
-        """A write program: index the first ``runs`` listed runs that no other indexer
-        holds; returns whether the list may hold more."""
-        taken = (yield FETCH, self._index, {"n": runs})[0][0]
-        return bool(taken == runs)
-
 
 class IndexScheduler:
-    """Who indexes a writable store's pending list, on both databases: one run at a
-    time, a chunk per write transaction (``write``) while chunks find more.
+    """Who indexes a writable SQLite store's pending list: one run at a time, a chunk
+    per write transaction (``write``) while chunks find more.
 
     A run starts in the background once ``threshold`` units were ``listed`` since the
-    last one began (SQLite: groups of writers that may have listed messages,
-    ``INDEX_GROUPS``; Postgres: messages, ``INDEX_MESSAGES``), or on request (``soon``:
-    Postgres, after a search). ``close`` lets a run end, then indexes what was listed
+    last one began (groups of writers that may have listed messages, ``INDEX_GROUPS``),
+    or on request (``soon``). ``close`` lets a run end, then indexes what was listed
     since, or what a run left. Best effort: a failed run leaves the list to a later run,
     to close, or to the next store (the list is durable).
 

@@ -42,6 +42,7 @@ async def test_scoped_search_equals_the_store_wide_search_filtered(
 ) -> None:
     if not small:  # every scope counts as large: the full-text index serves it
         monkeypatch.setattr(search_statements, "SCOPE_SET_MESSAGES", 2)
+        monkeypatch.setattr(search_statements, "PG_SCOPE_MESSAGES", 2)
         monkeypatch.setattr(search_statements, "SCOPE_SET_CONVERSATIONS", 1)
     async with backend.connect() as store:
         owned = await _fill(store)

@@ -450,6 +450,13 @@ async def _check_search_index(conn: AsyncConnection, convs: list[Conv], *, head:
             "SELECT count(*) FROM histstore_messages_fts"
             " WHERE histstore_messages_fts MATCH 'walrus'"
         )
+    elif (await conn.execute(text("SELECT to_regclass('ix_histstore_messages_text')"))).scalar():
+        # From 5b7e2d4a9c13 on, a GIN index on the messages' text (the search's expression).
+        found = text(
+            "SELECT count(*) FROM histstore_messages WHERE to_tsvector('simple'::regconfig,"
+            " nullif(coalesce(search_text, CASE WHEN json_typeof(data::json -> 'content')"
+            " = 'string' THEN data::json ->> 'content' END), '')) @@ to_tsquery('simple', 'walrus')"
+        )
     elif (await conn.execute(text("SELECT to_regclass('histstore_search_vectors')"))).scalar():
         # From e9a4c2f8b5d1 on, the vectors are a table of their own (the upgrade
         # moves them; nothing is listed).

@@ -20,6 +20,7 @@ from histstore._core import codec as _codec
 from histstore._storage import schema as _schema
 
 VERSION_TABLE = _schema.VERSION_TABLE
+VECTORS_LAST = "6b2d9e4f1a37"  # the last revision with Postgres's table of vectors
 ALL_TABLES = {t.name for t in _schema.metadata.sorted_tables}
 
 
@@ -377,7 +378,7 @@ async def test_vector_table_upgrade_and_downgrade_keep_every_message_found(
     if pg:
         vectors = "SELECT count(*) FROM histstore_messages WHERE search_vector @@ 'walrus'"
         assert await count(vectors) == 5
-    await alembic(engine, "upgrade", "head")
+    await alembic(engine, "upgrade", VECTORS_LAST)
     if pg:
         assert await count("SELECT count(*) FROM histstore_search_vectors") == 5
         assert await count("SELECT count(*) FROM histstore_search_listed") == 0
@@ -391,6 +392,7 @@ async def test_vector_table_upgrade_and_downgrade_keep_every_message_found(
     if pg:
         assert await count("SELECT count(*) FROM histstore_search_vectors") == 4
         assert await count("SELECT count(*) FROM histstore_search_listed") == 1
+    await alembic(engine, "upgrade", "head")
     async with histstore.connect(empty_url, read_only=True) as reader:
         assert [h.position for h in await reader.search("narwhal")] == [3]
         assert sorted(h.position for h in await reader.search("walrus")) == list(range(5))
@@ -416,6 +418,7 @@ async def test_vector_table_upgrade_and_downgrade_keep_every_message_found(
         assert await store.search("narwhal") == []
         assert sorted(h.position for h in await store.search("walrus")) == [0, 1, 2]
     if pg:
+        await alembic(engine, "downgrade", VECTORS_LAST)
         assert await count("SELECT count(*) FROM histstore_search_vectors") == 3
         # One statement storing entries of two conversations, with a gap: three runs.
         async with engine.begin() as conn:
@@ -525,11 +528,12 @@ async def test_appends_list_their_own_runs_upgrade_and_downgrade(
     await alembic(engine, "upgrade", "head")
     async with histstore.connect(empty_url) as store:
         await store.write("c", [{"role": "user", "content": f"puffin {i}"} for i in range(3)])
-        if pg:
-            assert await insert("by-hand", listed_by_statement=False) == 1
-            assert await insert("self-listed", listed_by_statement=True) == 0
-            # The setting ends with its transaction: the next insert is listed again.
-            assert await insert("after", listed_by_statement=False) == 1
+    await alembic(engine, "downgrade", VECTORS_LAST)
+    if pg:
+        assert await insert("by-hand", listed_by_statement=False) == 1
+        assert await insert("self-listed", listed_by_statement=True) == 0
+        # The setting ends with its transaction: the next insert is listed again.
+        assert await insert("after", listed_by_statement=False) == 1
     await alembic(engine, "downgrade", "f7c2a9d3e8b4")
     if pg:
         assert await insert("older", True, listed="histstore_search_pending") == 1
@@ -965,3 +969,132 @@ async def test_adk_owners_upgrade_owns_the_sessions_stored_before(
     await alembic(engine, "downgrade", "c8e1f4a2d7b6")
     assert dict(await rows_of(engine, owners)) == made
     await alembic(engine, "upgrade", "head")
+
+
+# The full-text index's objects on Postgres, as SQL that defines them (functions,
+# triggers and indexes on the messages and the index's tables).
+PG_SEARCH_OBJECTS = """
+SELECT pg_get_functiondef(p.oid) FROM pg_proc AS p WHERE p.proname LIKE 'histstore_search_%'
+UNION ALL SELECT pg_get_triggerdef(t.oid) FROM pg_trigger AS t
+ WHERE NOT t.tgisinternal AND t.tgname LIKE 'histstore_search_%'
+UNION ALL SELECT indexdef FROM pg_indexes
+ WHERE tablename IN ('histstore_messages', 'histstore_search_vectors', 'histstore_search_listed')
+UNION ALL SELECT c.relname || ' ' || c.relkind::text FROM pg_class AS c
+ WHERE c.relname IN ('histstore_search_vectors', 'histstore_search_listed')
+ORDER BY 1
+"""
+
+
+async def test_expression_index_upgrade_and_downgrade_keep_every_message_found(
+    engine: AsyncEngine, empty_url: str
+) -> None:
+    """Revision 5b7e2d4a9c13 over stored messages (Postgres; nothing changes on SQLite):
+    indexed, listed-but-unindexed, edited and deleted messages are all found as their
+    text now says, through the GIN index on the messages' own text; the vectors, the
+    list, their triggers and the entry index are gone; a downgrade brings back the
+    previous design exactly, with a vector for every message with text."""
+    pg = not empty_url.startswith("sqlite")
+    tern = [{"type": "text", "text": "tern"}]  # text of a content that is no string
+    call = {"id": "1", "type": "function", "function": {"name": "f", "arguments": "zebra"}}
+
+    async def count(sql: str) -> int:
+        (n,) = await first_column(engine, sql)
+        return int(n)
+
+    async def found(word: str) -> list[tuple[str, int]]:
+        async with histstore.connect(empty_url, read_only=True) as reader:
+            return sorted((h.conversation, h.position) for h in await reader.search(word))
+
+    await alembic(engine, "upgrade", VECTORS_LAST)
+    before = await first_column(engine, PG_SEARCH_OBJECTS) if pg else []
+    await alembic(engine, "upgrade", "head")
+    async with histstore.connect(empty_url) as store:
+        await store.write("a", [{"role": "user", "content": f"walrus {i}"} for i in range(5)])
+        await store.write("a", [{"role": "user", "content": tern}])
+        await store.write("a", [{"role": "assistant", "content": "", "tool_calls": [call]}])
+        await store.write("b", [{"role": "user", "content": f"gannet {i}"} for i in range(3)])
+    await alembic(engine, "downgrade", VECTORS_LAST)
+    if pg:
+        assert await first_column(engine, PG_SEARCH_OBJECTS) == before
+        assert await count("SELECT count(*) FROM histstore_search_vectors") == 10
+        assert await count("SELECT count(*) FROM histstore_search_listed") == 0
+        # What that design's writes left: an edit listed (its vector dropped), a delete
+        # (its vector dropped), an insert listed and not indexed.
+        async with engine.begin() as conn:
+            for sql in (
+                "UPDATE histstore_messages SET search_text = 'walrus narwhal'"
+                " WHERE conversation_id = 'a' AND position = 3",
+                "DELETE FROM histstore_messages WHERE conversation_id = 'b' AND position = 2",
+                "INSERT INTO histstore_messages (conversation_id, position, data, created_at,"
+                ' entry_id) VALUES (\'b\', 2, \'{"role": "user", "content": "skua"}\','
+                " now(), 4)",
+                "UPDATE histstore_conversations SET next_entry = 5 WHERE id = 'b'",
+            ):
+                await conn.execute(text(sql))
+        assert await count("SELECT count(*) FROM histstore_search_vectors") == 8
+        assert await count("SELECT count(*) FROM histstore_search_listed") == 2
+    else:  # the same history on SQLite, where the revision changes nothing
+        async with histstore.connect(empty_url) as store:
+            value = await store.edit("a")
+            value.splice(3, 4, [{"role": "user", "content": "walrus narwhal"}], by="t")
+            await store.commit(value)
+            await store.pop("b")
+            await store.write("b", [{"role": "user", "content": "skua"}])
+    await alembic(engine, "upgrade", "head")
+    await alembic(engine, "check")
+    expected = {
+        "walrus": [("a", i) for i in range(5)],
+        "narwhal": [("a", 3)],
+        "tern": [("a", 5)],
+        "zebra": [("a", 6)],
+        "gannet": [("b", 0), ("b", 1)],
+        "skua": [("b", 2)],
+    }
+    for word, where in expected.items():
+        assert await found(word) == where, word
+    if pg:
+        kinds = (
+            "SELECT relname || ' ' || relkind::text FROM pg_class"
+            " WHERE relname LIKE 'histstore_search_%' ORDER BY 1"
+        )
+        assert await first_column(engine, kinds) == [  # views: the older-process guards
+            "histstore_search_listed v",
+            "histstore_search_pending v",
+            "histstore_search_vectors v",
+        ]
+        triggers = (
+            "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'histstore_search_%'"
+            " AND NOT tgisinternal"
+        )
+        assert await count(triggers) == 0
+        assert (
+            await count("SELECT count(*) FROM pg_proc WHERE proname LIKE 'histstore_search_%'") == 0
+        )
+        indexes = "SELECT indexname FROM pg_indexes WHERE tablename = 'histstore_messages'"
+        names = set(await first_column(engine, indexes))
+        assert "ix_histstore_messages_text" in names
+        assert "ix_histstore_messages_entry" not in names
+    # The index follows the writes themselves: appends, edits, pops.
+    async with histstore.connect(empty_url) as store:
+        await store.write("b", [{"role": "user", "content": "skua narwhal"}])
+        value = await store.edit("a")
+        value.splice(0, 1, [{"role": "user", "content": "auk"}], by="t")
+        await store.commit(value)
+        await store.pop("a")
+    expected["narwhal"] = [("a", 3), ("b", 3)]
+    expected["walrus"] = [("a", i) for i in range(1, 5)]
+    expected["skua"] = [("b", 2), ("b", 3)]
+    expected["zebra"] = []
+    expected["auk"] = [("a", 0)]
+    for word, where in expected.items():
+        assert await found(word) == where, word
+    await alembic(engine, "downgrade", VECTORS_LAST)
+    if pg:
+        assert await first_column(engine, PG_SEARCH_OBJECTS) == before
+        assert await count("SELECT count(*) FROM histstore_search_vectors") == 10
+        assert await count("SELECT count(*) FROM histstore_search_listed") == 0
+        narwhals = "SELECT count(*) FROM histstore_search_vectors WHERE vector @@ 'narwhal'"
+        assert await count(narwhals) == 2
+    await alembic(engine, "upgrade", "head")
+    for word, where in expected.items():
+        assert await found(word) == where, word

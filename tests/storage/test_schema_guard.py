@@ -381,6 +381,16 @@ OLDER_LISTING = (
     "INSERT INTO histstore_search_pending (conversation_id, first_entry, last_entry)"
     " VALUES ('older', 1, 1)"
 )
+# From e9a4c2f8b5d1 to 5b7e2d4a9c13 searches read the table of vectors, and appends
+# listed their runs in a CTE of their own statement (both names are views since).
+OLDER_TABLE_SEARCH = (
+    "SELECT v.conversation_id, v.entry_id FROM histstore_search_vectors AS v"
+    " WHERE v.vector @@ to_tsquery('simple', 'walrus')"
+)
+OLDER_RUN_LISTING = (
+    "WITH runs AS (INSERT INTO histstore_search_listed (conversation_id, first_entry,"
+    " last_entry) VALUES ('older', 1, 1)) SELECT 1"
+)
 
 
 @pytest.mark.postgres
@@ -389,7 +399,8 @@ async def test_an_older_search_fails_saying_the_schema_is_newer(pg_url: str) -> 
     d3a7f1c6b8e2 makes the names it reads raise the older-writer guards' message)."""
     async with histstore.connect(pg_url) as store:
         await store.write("older-search", [{"role": "user", "content": "a walrus"}])
-        for sql in (OLDER_VECTOR_SEARCH, OLDER_LISTED_SEARCH, OLDER_LISTING):
+        older = (OLDER_VECTOR_SEARCH, OLDER_LISTED_SEARCH, OLDER_LISTING)
+        for sql in (*older, OLDER_TABLE_SEARCH, OLDER_RUN_LISTING):
             await _refused(store.engine, lambda conn, s=sql: conn.execute(text(s)))
         # histstore's own search, and everything else, go on.
         assert [h.conversation for h in await store.search("walrus")] == ["older-search"]

@@ -15,11 +15,9 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
-    ColumnElement,
     Integer,
     bindparam,
     cast,
-    literal_column,
     null,
     select,
     true,
@@ -30,15 +28,8 @@ from sqlalchemy.sql import Select
 
 from .. import schema as s
 from .dialects import text_arrays
-from .search import search_pending
-
-LISTED_SETTING = "histstore.search_listed"
-"""Set (``on``, for its own transaction) by a statement that lists the runs it inserts
-for the search index itself: the insert trigger then leaves them (revision
-b8e1d4f6a2c7)."""
 
 __all__ = [
-    "LISTED_SETTING",
     "append_group_statement",
     "append_in_one_statement",
     "group_params",
@@ -48,20 +39,6 @@ __all__ = [
 # every column of a message but its author (a new entry has none), and of a write record.
 _MESSAGE_COLUMNS = [c.name for c in s.messages.columns if c.name != "author"]
 _RECORD_COLUMNS = [c.name for c in s.writes.columns]
-
-
-def _listed() -> Any:
-    """A CTE that sets ``LISTED_SETTING`` for the transaction; a statement joins it
-    into its message insert's input, so it is set before any message is stored."""
-    on: ColumnElement[str] = literal_column(f"set_config('{LISTED_SETTING}', 'on', true)")
-    return select(on.label("listed")).cte("listed")
-
-
-def _list_runs(runs: Select[Any]) -> Any:
-    """A CTE listing ``runs``, rows ``(conversation, first entry, last entry)``, for
-    the search index (the trigger's work, for a statement that knows its runs)."""
-    columns = ["conversation_id", "first_entry", "last_entry"]
-    return search_pending.insert().from_select(columns, runs).cte("runs")
 
 
 def _grown(created: Any, scoped: bool, *returning: Any) -> Any:
@@ -142,7 +119,6 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
         .table_valued("role", "data", "token_count", "search_text", with_ordinality="ord")
         .render_derived()
     )
-    listed = _listed()
     placed = select(
         c,
         recorded.c.position + rows.c.ord - s.ONE,
@@ -152,10 +128,9 @@ def append_in_one_statement(dialect: Dialect, scoped: bool) -> Select[Any] | Non
         now,
         rows.c.search_text,
         grown.c.next_entry - n + rows.c.ord - s.ONE,
-    ).select_from(recorded.join(rows, true()).join(grown, true()).join(listed, true()))
+    ).select_from(recorded.join(rows, true()).join(grown, true()))
     inserted = msg.insert().from_select(_MESSAGE_COLUMNS, placed)
-    runs = _list_runs(select(c, grown.c.next_entry - n, grown.c.next_entry - s.ONE))
-    return select(grown.c.length).add_cte(recorded).add_cte(inserted.cte("inserted")).add_cte(runs)
+    return select(grown.c.length).add_cte(recorded).add_cte(inserted.cte("inserted"))
 
 
 def append_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None:
@@ -210,7 +185,6 @@ def append_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None
         .render_derived()
     )
     slot = cast(rows.c.slot, BigInteger)
-    listed = _listed()
     placed = select(
         rows.c.c,
         recorded.c.position + slot,
@@ -221,24 +195,12 @@ def append_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None
         rows.c.search_text,
         grown.c.next_entry - recorded.c.count + slot,
     ).select_from(
-        rows.join(recorded, recorded.c.conversation_id == rows.c.c)
-        .join(grown, grown.c.id == rows.c.c)
-        .join(listed, true())
+        rows.join(recorded, recorded.c.conversation_id == rows.c.c).join(
+            grown, grown.c.id == rows.c.c
+        )
     )
     inserted = msg.insert().from_select(_MESSAGE_COLUMNS, placed)
-    runs = _list_runs(
-        select(
-            recorded.c.conversation_id,
-            grown.c.next_entry - recorded.c.count,
-            grown.c.next_entry - s.ONE,
-        ).select_from(recorded.join(grown, grown.c.id == recorded.c.conversation_id))
-    )
-    return (
-        select(grown.c.id, grown.c.length)
-        .add_cte(recorded)
-        .add_cte(inserted.cte("inserted"))
-        .add_cte(runs)
-    )
+    return select(grown.c.id, grown.c.length).add_cte(recorded).add_cte(inserted.cte("inserted"))
 
 
 def group_params(members: Sequence[Mapping[str, Any]], now: datetime) -> dict[str, Any]:

@@ -1,12 +1,10 @@
 """The search statement (SPEC 12) on each database, and the tables of Postgres's full-text index.
 
 SQLite's index is FTS5 (revision b7d4e2a91c30) with a pending list
-(``_storage.search_index``); Postgres's is ``search_vectors``, the
-``to_tsvector('simple', text)`` of every message's ``message_text`` by entry id with a
-GIN index, and ``search_pending`` (the table ``histstore_search_listed``), runs of
-consecutive entry ids of one conversation whose vectors are still to be made (revision
-e9a4c2f8b5d1). Both tables are the migration's, in a ``MetaData`` of their own: SQLite
-has neither.
+(``_storage.search_index``); Postgres's is ``PG_TEXT_INDEX``, a GIN index on
+``to_tsvector('simple', message_text)`` of the messages table itself (revision
+5b7e2d4a9c13), which the database keeps in the statement that writes a message: nothing
+is deferred, and no vector is stored but the index's.
 """
 
 from __future__ import annotations
@@ -16,13 +14,9 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
-    Column,
     ColumnElement,
     Integer,
-    MetaData,
-    PrimaryKeyConstraint,
     Select,
-    Table,
     Text,
     and_,
     bindparam,
@@ -39,7 +33,7 @@ from sqlalchemy import (
     text,
     true,
     tuple_,
-    union,
+    union_all,
     update,
 )
 from sqlalchemy.dialects import postgresql
@@ -50,14 +44,15 @@ from ..drivers import EXECUTE, FETCH, Step
 
 __all__ = [
     "PG_CONFIG",
+    "PG_SCOPE_MESSAGES",
+    "PG_TEXT_INDEX",
     "ListedInserts",
     "SearchStatements",
     "message_text",
     "pg_query",
+    "pg_vector",
     "search",
-    "search_pending",
     "search_terms",
-    "search_vectors",
 ]
 
 
@@ -66,9 +61,10 @@ def message_text(dialect: Dialect, m: Any) -> ColumnElement[Any]:
     ``NULL`` when it has none: its ``search_text``, or where that is ``NULL`` its
     ``content`` when that is a JSON string (``rows.stored_search_text``, revision
     c8d2f4a6e1b9); a stored ``''`` is no text. Every index and search reads the text
-    through this expression (SQLite's FTS5 table through a view of it)."""
+    through this expression (SQLite's FTS5 table through a view of it; Postgres's index
+    is made on it, so it names its key as a constant, never a parameter)."""
     if dialect.name == "postgresql":
-        doc = cast(m.c.data, postgresql.JSON)["content"]
+        doc = cast(m.c.data, postgresql.JSON).op("->")(literal_column("'content'"))
         content: ColumnElement[Any] = case(
             (func.json_typeof(doc) == literal_column("'string'"), doc.astext)
         )
@@ -83,26 +79,17 @@ def message_text(dialect: Dialect, m: Any) -> ColumnElement[Any]:
     return func.nullif(func.coalesce(m.c.search_text, content), literal_column("''"))
 
 
-_tables = MetaData()
-search_vectors = Table(
-    s.PG_SEARCH_TABLES[0],
-    _tables,
-    Column("conversation_id", s.ID, nullable=False),
-    Column("entry_id", BigInteger, nullable=False),
-    Column("vector", postgresql.TSVECTOR, nullable=False),
-    PrimaryKeyConstraint("conversation_id", "entry_id"),
-)
-search_pending = Table(
-    s.PG_SEARCH_TABLES[1],
-    _tables,
-    Column("conversation_id", s.ID, nullable=False),
-    Column("first_entry", BigInteger, nullable=False),
-    Column("last_entry", BigInteger, nullable=False),
-)
-
-
 PG_CONFIG: ColumnElement[Any] = literal_column("'simple'::regconfig")
 """Postgres's text search configuration of every full-text index."""
+
+PG_TEXT_INDEX = s.PG_TEXT_INDEX
+"""Postgres's full-text index of messages: GIN on ``pg_vector`` (revision 5b7e2d4a9c13)."""
+
+
+def pg_vector(dialect: Dialect, m: Any) -> ColumnElement[Any]:
+    """Postgres: the ``tsvector`` of the message row ``m``'s ``message_text`` (``NULL``
+    with no text), the expression ``PG_TEXT_INDEX`` is made on."""
+    return func.to_tsvector(PG_CONFIG, message_text(dialect, m))
 
 
 def pg_query() -> Any:
@@ -134,87 +121,15 @@ def search(
 
     Parameters: ``q`` (``search_terms``' value), ``limit``, ``c`` when
     ``by_conversation``, ``owner`` when ``scoped``. Served by the full-text index: on
-    SQLite the FTS5 table ranked by bm25, on Postgres the GIN index on
-    ``search_vectors`` (``to_tsvector('simple', message_text)`` by entry id) plus the
-    messages its pending list names, whose vectors are made here, ranked by
-    ``ts_rank_cd`` (``_storage.search_index``); ties go by conversation and position.
-    A scoped search (``c``, ``owner``) starts from its scope when that is small
-    (``SCOPE_SET_MESSAGES``). ``fts``: the FTS5 table to search (SQLite).
+    SQLite the FTS5 table ranked by bm25, on Postgres the GIN index ``PG_TEXT_INDEX``
+    ranked by ``ts_rank_cd``; ties go by conversation and position. A scoped search
+    (``c``, ``owner``) starts from its scope when that is small (``SCOPE_SET_MESSAGES``,
+    ``PG_SCOPE_MESSAGES``). ``fts``: the FTS5 table to search (SQLite).
     """
     msg, conv = s.messages, s.conversations
     conv_id = bindparam("c", type_=msg.c.conversation_id.type)
     if dialect.name == "postgresql":
-        config: ColumnElement[Any] = PG_CONFIG
-        query = pg_query()
-        vec, pending = search_vectors, search_pending
-
-        def run_holds(conversation: ColumnElement[Any], entry: ColumnElement[Any]) -> Any:
-            return and_(
-                pending.c.conversation_id == conversation,
-                entry.between(pending.c.first_entry, pending.c.last_entry),
-            )
-
-        # The stored vectors of messages that are not listed (a listed one's vector may
-        # be older than its text), and the listed messages' vectors, made here.
-        indexed = select(
-            vec.c.conversation_id,
-            vec.c.entry_id,
-            func.ts_rank_cd(vec.c.vector, query.c.q).label("score"),
-        ).where(~exists().where(run_holds(vec.c.conversation_id, vec.c.entry_id)))
-        matching = vec.c.vector.op("@@")(query.c.q)
-        listed_msg = msg.alias("listed")
-        made = (
-            select(func.to_tsvector(config, message_text(dialect, listed_msg)).label("vector"))
-            .correlate(listed_msg)
-            .lateral("made")
-        )
-        listed = (
-            select(
-                listed_msg.c.conversation_id,
-                listed_msg.c.entry_id,
-                func.ts_rank_cd(made.c.vector, query.c.q).label("score"),
-            )
-            .select_from(
-                pending.join(
-                    listed_msg, run_holds(listed_msg.c.conversation_id, listed_msg.c.entry_id)
-                ).join(made, true())
-            )
-            .where(made.c.vector.op("@@")(query.c.q))
-        )
-        parts = [indexed.where(matching), listed]
-        if by_conversation or scoped:
-            if by_conversation:
-                inside = vec.c.conversation_id == conv_id
-                listed = listed.where(pending.c.conversation_id == conv_id)
-            else:
-                owned = select(conv.c.id).where(conv.c.owner == OWNER).scalar_subquery()
-                inside = vec.c.conversation_id.in_(owned)
-                listed = listed.where(pending.c.conversation_id.in_(owned))
-            # A small scope's vectors are read by key and matched one by one (the
-            # function form of @@, which no index serves): the GIN index would list
-            # every match of the store first. A large scope goes by the GIN index.
-            # Both parts are planned; a one-time condition runs one of them.
-            small = _small_scope(conv_id if by_conversation else None)
-            by_key = func.ts_match_vq(vec.c.vector, query.c.q)
-            parts = [
-                indexed.where(inside, by_key, small),
-                indexed.where(inside, matching, not_(small)),
-                listed,
-            ]
-        hits = union(*parts).subquery("hits")
-        score = hits.c.score
-        stmt = select(
-            msg.c.conversation_id, msg.c.position, msg.c.data, msg.c.created_at, score
-        ).select_from(
-            hits.join(
-                msg,
-                and_(
-                    msg.c.conversation_id == hits.c.conversation_id,
-                    msg.c.entry_id == hits.c.entry_id,
-                ),
-            )
-        )
-        best = score.desc()
+        return _pg_search(dialect, scoped, by_conversation)
     else:
         index = table(fts, column("rowid"))
         name: ColumnElement[Any] = literal_column(fts)
@@ -245,12 +160,59 @@ def search(
     return stmt.order_by(best, msg.c.conversation_id, msg.c.position).limit(limit)
 
 
+def _pg_search(dialect: Dialect, scoped: bool, by_conversation: bool) -> Select[Any]:
+    """Postgres's ``search``: the messages whose vector (``pg_vector``) matches, found by
+    the GIN index ``PG_TEXT_INDEX`` on that expression, ranked by ``ts_rank_cd``."""
+    msg, conv = s.messages, s.conversations
+    conv_id = bindparam("c", type_=msg.c.conversation_id.type)
+    query = pg_query()
+
+    def hits(vector: ColumnElement[Any], joined: Any) -> Select[Any]:
+        """The scope's messages ranked by ``vector`` (from ``joined``)."""
+        score = func.ts_rank_cd(vector, query.c.q).label("score")
+        stmt = select(
+            msg.c.conversation_id, msg.c.position, msg.c.data, msg.c.created_at, score
+        ).select_from(joined)
+        if by_conversation:
+            stmt = stmt.where(msg.c.conversation_id == conv_id)
+        elif scoped:
+            owned = select(conv.c.id).where(conv.c.owner == OWNER).scalar_subquery()
+            stmt = stmt.where(msg.c.conversation_id.in_(owned))
+        if scoped:
+            owner = exists().where(conv.c.id == msg.c.conversation_id, conv.c.owner == OWNER)
+            stmt = stmt.where(owner)
+        return stmt
+
+    limit = bindparam("limit", type_=BigInteger)
+    made = pg_vector(dialect, msg)
+    indexed = hits(made, msg.join(query, true())).where(made.op("@@")(query.c.q))
+    if not (by_conversation or scoped):
+        best = (indexed.selected_columns.score.desc(), msg.c.conversation_id, msg.c.position)
+        return indexed.order_by(*best).limit(limit)
+    # A small scope's messages are read by key, and each one's vector is made once (a
+    # subquery that OFFSET keeps from being merged) and matched by the function form of
+    # @@, which no index serves: the GIN index would list every match of the store
+    # first. A large scope goes by the GIN index. Both parts are planned; a one-time
+    # condition runs one of them.
+    small = _small_scope(conv_id if by_conversation else None, PG_SCOPE_MESSAGES)
+    own = select(made.label("v")).correlate(msg).offset(literal_column("0")).lateral("made")
+    by_key = hits(own.c.v, msg.join(query, true()).join(own, true()))
+    by_key = by_key.where(func.ts_match_vq(own.c.v, query.c.q), small)
+    found = union_all(by_key, indexed.where(not_(small))).subquery()
+    ranked = (found.c.score.desc(), found.c.conversation_id, found.c.position)
+    return select(*found.c).order_by(*ranked).limit(limit)
+
+
 SCOPE_SET_MESSAGES = 20_000
 """A scoped search (``conversation=``, a view's owner) whose scope holds at most this
 many messages (in at most ``SCOPE_SET_CONVERSATIONS`` conversations) starts from the
-scope: on Postgres it reads the scope's vectors by key, on SQLite it checks each match
-against the set of the scope's rowids, built once, before reading its message row."""
+scope: on SQLite it checks each match against the set of the scope's rowids, built
+once, before reading its message row."""
 SCOPE_SET_CONVERSATIONS = 1_000
+PG_SCOPE_MESSAGES = 2_000
+"""Postgres: a scoped search whose scope holds at most this many messages (in at most
+``SCOPE_SET_CONVERSATIONS`` conversations) reads the scope's messages by key and makes
+each one's vector (some 10-40 us a message) instead of going by the GIN index."""
 
 
 def _in_small_scope(rowid: ColumnElement[Any], conversation: ColumnElement[Any] | None) -> Any:
@@ -300,13 +262,17 @@ def _scope_bounds(conversation: ColumnElement[Any] | None) -> tuple[Any, Any]:
     return bounds[0], bounds[1]
 
 
-def _small_scope(conversation: ColumnElement[Any] | None) -> ColumnElement[bool]:
-    """Whether a search's scope is small (``SCOPE_SET_MESSAGES``): ``conversation``'s
-    length, else the owner's first ``SCOPE_SET_CONVERSATIONS`` + 1 conversations'
-    lengths (more conversations than that: large). ``NULL`` for a missing conversation.
-    Read by key, once per search."""
+def _small_scope(
+    conversation: ColumnElement[Any] | None, messages: int | None = None
+) -> ColumnElement[bool]:
+    """Whether a search's scope holds at most ``messages`` messages (by default
+    ``SCOPE_SET_MESSAGES``): ``conversation``'s length, else the owner's first
+    ``SCOPE_SET_CONVERSATIONS`` + 1 conversations' lengths (more conversations than
+    that: large). ``NULL`` for a missing conversation. Read by key, once per search."""
     conv = s.conversations
-    most: ColumnElement[Any] = literal_column(str(SCOPE_SET_MESSAGES))
+    most: ColumnElement[Any] = literal_column(
+        str(SCOPE_SET_MESSAGES if messages is None else messages)
+    )
     if conversation is not None:
         return select(conv.c.length <= most).where(conv.c.id == conversation).scalar_subquery()
     first = (
