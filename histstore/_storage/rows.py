@@ -136,7 +136,20 @@ def message_columns(
     """The ``role``, ``data`` and ``search_text`` columns of ``message``, from ``data``,
     its JSON object, when the caller has it (else read once and kept on the message)."""
     d = message_data(message) if data is None else data
-    return role_key(role_in(d)), message.to_json(), stored_search_text(d)
+    written = message.to_json()
+    text = stored_search_text(d)
+    if text is None and NUL_ESCAPE in written:
+        content = d.get("content")
+        if type(content) is str and content:
+            text = searchable(indexed_text(d)) or ""
+    return role_key(role_in(d)), written, text
+
+
+NUL_ESCAPE = "\\u0000"
+"""What PostgreSQL's JSON functions refuse to turn into text anywhere in a document: a
+row whose JSON holds it (a NUL in its role or another field, or those six characters in
+a string) never has its text read from ``content`` by ``statements.search.message_text``,
+so ``message_columns`` stores the text in ``search_text`` for it."""
 
 
 def batch_columns(

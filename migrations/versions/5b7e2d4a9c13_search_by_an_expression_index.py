@@ -61,9 +61,20 @@ _TRIGGERS = ("histstore_search_added", "histstore_search_changed", "histstore_se
 _SETTING = "histstore.search_listed"
 
 # The message's text (``statements.search.message_text`` when this revision was made).
+# PostgreSQL's JSON functions refuse a document that holds the escape of a NUL anywhere:
+# such a row's text is never read from its content (the runtime stores it in
+# ``search_text``; ``_NUL_TEXTS`` fills it for the rows already stored).
+NUL = "'\\u0000'"
 TEXT = (
-    "nullif(coalesce(search_text, CASE WHEN json_typeof(data::json -> 'content') = 'string'"
+    f"nullif(coalesce(search_text, CASE WHEN strpos(data, {NUL}) > 0 THEN NULL"
+    " WHEN json_typeof(data::json -> 'content') = 'string'"
     " THEN data::json ->> 'content' END), '')"
+)
+_SPACED = f"replace(data, {NUL}, '\\u0020')::json"
+_NUL_TEXTS = (
+    "UPDATE {q}histstore_messages SET search_text = " + _SPACED + " ->> 'content'"  # noqa: S608 - names, no input
+    f" WHERE search_text IS NULL AND strpos(data, {NUL}) > 0"
+    f" AND json_typeof({_SPACED} -> 'content') = 'string'"
 )
 VECTOR = f"to_tsvector('simple'::regconfig, {TEXT})"
 
@@ -75,6 +86,7 @@ def _up(q: str) -> list[str]:
         f"DROP TABLE {q}{VECTORS}",
         f"DROP TABLE {q}{LISTED}",
         f"DROP INDEX {q}{ENTRY_INDEX}",
+        _NUL_TEXTS.format(q=q),
         # A pending list of 256 kB, as the index on the vectors had.
         f"CREATE INDEX {INDEX} ON {q}histstore_messages USING gin ({VECTOR})"
         " WITH (gin_pending_list_limit = 256)",

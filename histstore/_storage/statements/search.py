@@ -27,6 +27,7 @@ from sqlalchemy import (
     func,
     literal_column,
     not_,
+    null,
     or_,
     select,
     table,
@@ -64,9 +65,13 @@ def message_text(dialect: Dialect, m: Any) -> ColumnElement[Any]:
     through this expression (SQLite's FTS5 table through a view of it; Postgres's index
     is made on it, so it names its key as a constant, never a parameter)."""
     if dialect.name == "postgresql":
+        # PostgreSQL's JSON functions refuse a document holding ``\u0000`` anywhere;
+        # such a row keeps its text in ``search_text`` (``rows.NUL_ESCAPE``), and the
+        # first branch keeps the index from ever parsing it.
         doc = cast(m.c.data, postgresql.JSON).op("->")(literal_column("'content'"))
         content: ColumnElement[Any] = case(
-            (func.json_typeof(doc) == literal_column("'string'"), doc.astext)
+            (func.strpos(m.c.data, literal_column("'\\u0000'")) > 0, null()),
+            (func.json_typeof(doc) == literal_column("'string'"), doc.astext),
         )
     else:
         path: ColumnElement[str] = literal_column("'$.content'")
