@@ -1,34 +1,42 @@
 """The SQLite writer: the one way a store's writes reach an SQLite file.
 
-SQLite has one write lock per file. A store's writers take it in the writer's turn
-(``turn``), first come first served, not in SQLite's busy handler (whose growing sleeps
-can leave a free lock idle ~100 ms); other processes meet it at the lock, polled for up
-to the busy timeout (``sqlite_driver``). Everything that writes holds the turn: a group
-of programs, a ``transaction()``, Core writes, a single statement, the second step of a
-checkpoint. Waiting longer than the busy timeout fails as SQLite's own wait would.
+SQLite has one write lock per file. A store's writers take it in the order they came,
+through one FIFO queue of *jobs* here, not in SQLite's busy handler (whose growing
+sleeps can leave a free lock idle ~100 ms); other processes meet it at the lock, polled
+for up to the busy timeout (``sqlite_driver``). A job is either
 
-Programs (``submit``) are the common write, and the writer runs them with three
-policies:
+- a program (``submit``), the common write, run by the writer in a group, or
+- a turn (``turn``): the whole write side held for its caller's own work, a
+  ``transaction()`` of several programs (import, copy), Core writes, a single
+  statement, the second step of a background checkpoint.
 
-- Group commit. The programs of concurrent callers run together in one write
-  transaction (one trip to the connection's thread, one COMMIT), each in its own
-  savepoint, so what one program raises, or a ``Rollback`` it returns, undoes only its
-  own statements; every caller gets exactly what its program alone would have given.
-  A failure of the transaction itself (the write lock not taken, a failed COMMIT) is
-  every member's failure, with the same ``phase`` as a transaction of its own. A
-  program runs after the programs queued before it and sees what they wrote.
-- The lone writer. A writer that finds nobody writing or waiting runs its program at
-  once, in its own task; the writers that arrive meanwhile go together in the next
-  group, run by a task of the writer (the leader). Unless the last group had several:
-  writers that came together are likely to come back together (each woken by the same
-  commit), so such a writer queues instead, and the leader, starting on the event
-  loop's next turn, takes everyone who arrived in this one (16 tasks: two cohorts of
-  about 8, one committing while the other prepares, not groups of 1 and 16 in turn).
-  A lone writer's short program (an append of a few messages, on a store whose commits
-  do not fsync) runs on the event loop's own thread when the same task wrote last
-  (``SqliteDriver``'s ``inline``): an agent loop pays no trip to the connection's
-  thread. Not while the WAL is estimated at half the size at which a commit checkpoints
-  by itself (``engine.WAL_NET_PAGES``), so that such a checkpoint never runs on the loop.
+A job that waits in the queue longer than the busy timeout fails as SQLite's own wait
+would (``DatabaseFailure``, "database is locked"), leaving the queue; one cancelled
+while it waits leaves the queue with nothing done.
+
+Programs run with three policies:
+
+- Group commit. The programs queued together (up to ``MAX_GROUP``, up to the next turn
+  in the queue) run in one write transaction (one trip to the connection's thread, one
+  COMMIT), each in its own savepoint, so what one program raises, or a ``Rollback`` it
+  returns, undoes only its own statements; every caller gets exactly what its program
+  alone would have given. A failure of the transaction itself (the write lock not
+  taken, a failed COMMIT) is every member's failure, with the same ``phase`` as a
+  transaction of its own. A job runs after the jobs queued before it and sees what
+  they wrote.
+- The lone writer. A program or turn that finds nobody writing or waiting runs at
+  once, in its caller's own task (no task to start, no result to hand over); the jobs
+  that arrive meanwhile queue, and a task of the writer (the leader) runs them when it
+  ends. Unless the last group had several: writers that came together are likely to
+  come back together (each woken by the same commit), so such a writer queues instead,
+  and the leader, starting on the event loop's next turn, takes everyone who arrived
+  in this one (16 tasks: two cohorts of about 8, one committing while the other
+  prepares, not groups of 1 and 16 in turn). A lone writer's short program (an append
+  of a few messages, on a store whose commits do not fsync) runs on the event loop's
+  own thread when the same task wrote last (``SqliteDriver``'s ``inline``): an agent
+  loop pays no trip to the connection's thread. Not while the WAL is estimated at half
+  the size at which a commit checkpoints by itself (``engine.WAL_NET_PAGES``), so that
+  such a checkpoint never runs on the loop.
 - Background work. After each committed group the WAL checkpoints
   (``_storage.wal_checkpoints``) and the full-text index's scheduler
   (``search_index.IndexScheduler``) are told; an indexing run is a program of this
@@ -37,10 +45,10 @@ policies:
   timer: work started from a timer may begin while ``asyncio.run`` shuts the loop down
   and be left unfinished.
 
-States. The runner: ``idle`` (no program runs) and ``running`` (a lone writer's program
-or the leader's groups; the queue may hold more). The lifecycle: ``open``, ``closing``
-(background work stops starting; queued programs and the indexer's last runs still
-run), ``closed`` (``submit`` raises). A move outside these tables raises
+States. The runner: ``idle`` (no job runs) and ``running`` (a lone job, or the
+leader's jobs; the queue may hold more). The lifecycle: ``open``, ``closing``
+(background work stops starting; queued jobs and the indexer's last runs still run),
+``closed`` (``submit`` raises). A move outside these tables raises
 ``states.InvalidTransition``.
 """
 
@@ -50,7 +58,7 @@ import asyncio
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, suppress
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
@@ -62,7 +70,6 @@ from .search_index import IndexScheduler
 from .statement_groups import MAX_GROUP
 from .states import transition
 from .wal_checkpoints import WalCheckpoints
-from .write_gate import WriteGate
 
 __all__ = ["SqliteWriter"]
 
@@ -80,16 +87,29 @@ _LIFECYCLE: dict[str, tuple[str, ...]] = {
 }
 
 
-class _Member(Generic[T]):
-    __slots__ = ("action", "conversation", "done", "indexing", "program", "started")
+class _Job(Generic[T]):
+    """A queued job: a program (``program``; ``done`` gets its value) or a turn
+    (``program`` is ``None``; ``done`` is set when the turn is its, and its holder sets
+    ``released`` when done with it)."""
+
+    __slots__ = (
+        "action",
+        "conversation",
+        "done",
+        "indexing",
+        "program",
+        "released",
+        "started",
+        "timer",
+    )
 
     def __init__(
         self,
-        program: Program[T],
+        program: Program[T] | None,
         action: str,
         conversation: str | None,
         done: asyncio.Future[T],
-        indexing: bool,
+        indexing: bool = False,
     ) -> None:
         self.program = program
         self.action = action
@@ -98,16 +118,19 @@ class _Member(Generic[T]):
         self.started = False
         self.indexing = indexing
         """A run of the indexer (which lists nothing)."""
+        self.released: asyncio.Future[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        """Fails the job when it waited for the busy timeout."""
 
 
 class SqliteWriter:
-    """A store's SQLite write turn, its queue of programs and their policies (module).
+    """A store's SQLite write queue, its jobs and their policies (module).
 
     ``connection()`` lends a driver connection; ``run_group(conn, programs, phase,
     inline)`` runs programs in one transaction and returns, per program, ``(True,
     value)`` or ``(False, exception)``; ``checkpoint(conn, truncate)`` checkpoints the
-    WAL. ``busy_timeout_s``: the longest wait for the turn. ``inline``: a short program
-    may run on the event loop's thread (the store's commits do not fsync).
+    WAL. ``busy_timeout_s``: the longest wait of a job in the queue. ``inline``: a short
+    program may run on the event loop's thread (the store's commits do not fsync).
     """
 
     def __init__(
@@ -123,37 +146,73 @@ class SqliteWriter:
         self._run_group = run_group
         self._busy_timeout_s = busy_timeout_s
         self._inline = inline
-        self._gate = WriteGate()
         self.checkpoints = WalCheckpoints(connection, self.turn, checkpoint)
         self.indexer: IndexScheduler | None = None
         """Told of each committed group's listing (set by the executor, when it indexes)."""
         self.runner: Literal["idle", "running"] = "idle"
         self.lifecycle: Literal["open", "closing", "closed"] = "open"
-        self._queue: deque[_Member[Any]] = deque()
-        # The leader's task; or, while a lone writer runs its own, a future that ends
-        # with it (see ``_run_alone``).
+        self._queue: deque[_Job[Any]] = deque()
+        # The leader's task; or, while a lone program runs in its caller's task, a
+        # future that ends with it; ``None`` while a lone turn is held.
         self._leader: asyncio.Future[None] | None = None
         self._last_writer: weakref.ref[asyncio.Task[Any]] | None = None
         self._last_size = 1  # programs of the last group
         self.sizes: deque[int] = deque(maxlen=256)
         """The sizes of the latest committed groups, oldest first (diagnostics)."""
 
-    # ------------------------------------------------------------------ the turn
+    # ------------------------------------------------------------------ the queue
 
     def turn(self, action: str, conversation: str | None) -> _Turn:
-        """Hold the write turn for an ``async with``; ``DatabaseFailure`` after waiting
-        for the busy timeout."""
-        return _Turn(self._gate, self._busy_timeout_s, action, conversation)
+        """Hold the whole write side for an ``async with`` (a job of the queue);
+        ``DatabaseFailure`` after waiting for the busy timeout."""
+        return _Turn(self, action, conversation)
 
     @property
     def queued(self) -> int:
-        """Programs waiting for a group."""
-        return len(self._queue)
+        """Programs waiting in the queue."""
+        return sum(1 for job in self._queue if job.program is not None)
 
     @property
     def waiting_for_turn(self) -> int:
-        """Writers queued for the turn (a group's leader, a transaction, a checkpoint)."""
-        return self._gate.queued
+        """Turns waiting in the queue (a transaction, Core writes, a checkpoint step)."""
+        return sum(1 for job in self._queue if job.program is None)
+
+    def _alone(self) -> bool:
+        """Whether a job may run at once in its caller's task: nothing runs or waits."""
+        return not self._queue and self._free()
+
+    def _enqueue(self, job: _Job[Any]) -> None:
+        """Queue ``job``, fail it after the busy timeout, and start the leader when
+        nothing runs."""
+        self._queue.append(job)
+        loop = asyncio.get_running_loop()
+        job.timer = loop.call_later(self._busy_timeout_s, self._expire, job)
+        if self._free():
+            self._begin(asyncio.ensure_future(self._lead()))
+
+    def _start(self, job: _Job[Any]) -> None:
+        job.started = True
+        if job.timer is not None:
+            job.timer.cancel()
+            job.timer = None
+
+    def _leave(self, job: _Job[Any]) -> None:
+        """Take a job that has not started out of the queue (its caller gave up)."""
+        if job.timer is not None:
+            job.timer.cancel()
+            job.timer = None
+        with suppress(ValueError):  # the busy timeout took it out already
+            self._queue.remove(job)
+        if job.program is not None:
+            job.program.close()
+
+    def _expire(self, job: _Job[Any]) -> None:
+        """The busy timeout passed with ``job`` still queued: it fails, nothing done."""
+        job.timer = None
+        if job.started or job.done.done():
+            return
+        self._leave(job)
+        job.done.set_exception(_locked(job))
 
     # ------------------------------------------------------------------ programs
 
@@ -174,34 +233,31 @@ class SqliteWriter:
         if self.lifecycle == "closed":
             transition(self.lifecycle, "open", _LIFECYCLE, "writer")  # raises
         loop = asyncio.get_running_loop()
-        member: _Member[T] = _Member(program, action, conversation, loop.create_future(), indexing)
+        job: _Job[T] = _Job(program, action, conversation, loop.create_future(), indexing)
         task = asyncio.current_task()
         again = task is not None and self._last_writer is not None and self._last_writer() is task
         self._last_writer = None if task is None else weakref.ref(task)
-        if self._free() and not self._queue and self._last_size == 1:
+        if self._last_size == 1 and self._alone():
             small = self.checkpoints.pages() < WAL_NET_PAGES // 2  # see the module
-            return await self._run_alone(member, inline=short and again and self._inline and small)
-        self._queue.append(member)
-        if self._free():
-            self._begin(asyncio.ensure_future(self._lead()))
+            return await self._run_alone(job, inline=short and again and self._inline and small)
+        self._enqueue(job)
         try:
-            return await asyncio.shield(member.done)
+            return await asyncio.shield(job.done)
         except asyncio.CancelledError:
-            if not member.started:
-                self._queue.remove(member)
-                program.close()
+            if not job.started:
+                self._leave(job)
             else:
-                await finish_then_cancel(member.done)
+                await finish_then_cancel(job.done)
             raise
 
     def _free(self) -> bool:
-        """Whether no program runs (a leader cancelled before it began, at the loop's
+        """Whether no job runs (a leader cancelled before it began, at the loop's
         shutdown, has ended too)."""
         if self.runner == "running" and self._leader is not None and self._leader.done():
             self._end()
         return self.runner == "idle"
 
-    def _begin(self, leader: asyncio.Future[None]) -> None:
+    def _begin(self, leader: asyncio.Future[None] | None) -> None:
         self.runner = transition(self.runner, "running", _RUNNER, "writer")
         self._leader = leader
 
@@ -209,66 +265,79 @@ class SqliteWriter:
         self.runner = transition(self.runner, "idle", _RUNNER, "writer")
         self._leader = None
 
-    async def _run_alone(self, member: _Member[T], *, inline: bool) -> T:
+    def _ended_alone(self) -> None:
+        """A lone job ended: the jobs queued meanwhile get a leader."""
+        self._end()
+        if self._queue:
+            self._begin(asyncio.ensure_future(self._lead()))
+
+    async def _run_alone(self, job: _Job[T], *, inline: bool) -> T:
         """Run the program of a writer that found nobody writing or waiting, in the
         writer's own task: a group of one, without a task to start and a result to
-        hand over. Writers arriving meanwhile queue for the next group, whose leader
-        starts when this one ends. A cancelled writer sees its ``CancelledError`` once
-        the transaction has ended: the connection settles first (``lending``)."""
+        hand over. A cancelled writer sees its ``CancelledError`` once the transaction
+        has ended: the connection settles first (``lending``)."""
         running = asyncio.get_running_loop().create_future()
         self._begin(running)
+        job.started = True
         try:
-            await self._run([member], inline)
+            await self._run([job], inline)
         finally:
             running.set_result(None)
-            self._end()
-            if self._queue:
-                self._begin(asyncio.ensure_future(self._lead()))
-        return member.done.result()
+            self._ended_alone()
+        return job.done.result()
 
     async def _lead(self) -> None:
-        """Run the queued programs, up to ``MAX_GROUP`` a transaction, until none is left."""
+        """Run the queued jobs in order, programs up to ``MAX_GROUP`` a transaction,
+        until none is left."""
         try:
             while self._queue:
-                group = [self._queue.popleft() for _ in range(min(MAX_GROUP, len(self._queue)))]
+                head = self._queue[0]
+                if head.program is None:  # a turn: its holder's until it releases it
+                    self._queue.popleft()
+                    self._start(head)
+                    assert head.released is not None
+                    head.done.set_result(None)
+                    await head.released
+                    continue
+                group: list[_Job[Any]] = []
+                while self._queue and len(group) < MAX_GROUP and self._queue[0].program is not None:
+                    job = self._queue.popleft()
+                    self._start(job)
+                    group.append(job)
                 self._last_size = len(group)
-                for member in group:
-                    member.started = True
                 try:
                     await self._run(group)
                 except BaseException as exc:
-                    end_all((member.done for member in group), exc)
+                    end_all((job.done for job in group), exc)
                     if not isinstance(exc, Exception):
                         raise
         finally:
             self._end()
 
-    async def _run(self, group: list[_Member[Any]], inline: bool = False) -> None:
-        first = group[0]
+    async def _run(self, group: list[_Job[Any]], inline: bool = False) -> None:
         phase = Phase()
-        async with self.turn(first.action, first.conversation):
-            try:
-                async with self._connection() as conn:
-                    programs = [m.program for m in group]
-                    outcomes = await self._run_group(conn, programs, phase, inline)
-                phase.name = "done"
-            except DATABASE_ERRORS as exc:
-                name = "body" if phase.name == "commit" and not_committed(exc) else phase.name
-                for member in group:
-                    member.done.set_exception(_failure(member, exc, name))
-                return
+        programs: list[Program[Any]] = [job.program for job in group if job.program is not None]
+        try:
+            async with self._connection() as conn:
+                outcomes = await self._run_group(conn, programs, phase, inline)
+            phase.name = "done"
+        except DATABASE_ERRORS as exc:
+            name = "body" if phase.name == "commit" and not_committed(exc) else phase.name
+            for job in group:
+                job.done.set_exception(_failure(job, exc, name))
+            return
         self._committed(group, outcomes)
-        for member, (ok, value) in zip(group, outcomes, strict=True):
+        for job, (ok, value) in zip(group, outcomes, strict=True):
             if not ok:
-                member.done.set_exception(_as_failure(member, value))
+                job.done.set_exception(_as_failure(job, value))
             elif isinstance(value, Rollback):
-                member.done.set_result(value.value)
+                job.done.set_result(value.value)
             else:
-                member.done.set_result(value)
+                job.done.set_result(value)
 
     # ------------------------------------------------------------------ policies
 
-    def _committed(self, group: list[_Member[Any]], outcomes: list[tuple[bool, Any]]) -> None:
+    def _committed(self, group: list[_Job[Any]], outcomes: list[tuple[bool, Any]]) -> None:
         """Tell the background work of a committed group (see the module)."""
         self.sizes.append(len(group))
         if self.indexer is not None:
@@ -311,26 +380,34 @@ class _Turn:
     """``SqliteWriter.turn``: a context-manager class, not an async generator (see
     ``_storage.lending``: a store may close while its loop shuts down)."""
 
-    __slots__ = ("_action", "_conversation", "_gate", "_held", "_timeout")
+    __slots__ = ("_alone", "_job", "_writer", "action", "conversation")
 
-    def __init__(
-        self, gate: WriteGate, timeout: float, action: str, conversation: str | None
-    ) -> None:
-        self._gate = gate
-        self._timeout = timeout
-        self._action = action
-        self._conversation = conversation
-        self._held = False
+    def __init__(self, writer: SqliteWriter, action: str, conversation: str | None) -> None:
+        self._writer = writer
+        self.action = action
+        self.conversation = conversation
+        self._alone = False
+        self._job: _Job[None] | None = None
 
     async def __aenter__(self) -> None:
-        if not await self._gate.take(self._timeout):
-            c = self._conversation
-            where = f" conversation {c!r}" if c is not None else ""
-            raise DatabaseFailure(
-                f"{self._action}{where} failed: database is locked (busy timeout: other"
-                " writers of this store held it)"
-            )
-        self._held = True
+        writer = self._writer
+        if writer._alone():  # noqa: SLF001 - the writer's own part
+            writer._begin(None)  # noqa: SLF001 - held at once: no task, no timer
+            self._alone = True
+            return
+        loop = asyncio.get_running_loop()
+        job: _Job[None] = _Job(None, self.action, self.conversation, loop.create_future())
+        job.released = loop.create_future()
+        writer._enqueue(job)  # noqa: SLF001
+        try:
+            await job.done
+        except asyncio.CancelledError:
+            if job.started and not job.released.done():
+                job.released.set_result(None)  # given the turn as it was cancelled
+            else:
+                writer._leave(job)  # noqa: SLF001
+            raise
+        self._job = job
 
     async def __aexit__(
         self,
@@ -338,31 +415,44 @@ class _Turn:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._held:
-            self._held = False
-            self._gate.release()
+        if self._alone:
+            self._alone = False
+            self._writer._ended_alone()  # noqa: SLF001
+        elif self._job is not None:
+            released, self._job = self._job.released, None
+            if released is not None and not released.done():
+                released.set_result(None)
 
 
-def _listing(group: list[_Member[Any]], outcomes: list[tuple[bool, Any]]) -> tuple[bool, bool]:
+def _listing(group: list[_Job[Any]], outcomes: list[tuple[bool, Any]]) -> tuple[bool, bool]:
     """Whether a committed group may have listed messages for the index after its last
     run of the indexer that indexed the whole list, and whether it had such a run."""
     listing = indexed = False
-    for member, (ok, value) in zip(group, outcomes, strict=True):
-        if not member.indexing:
+    for job, (ok, value) in zip(group, outcomes, strict=True):
+        if not job.indexing:
             listing = True
         elif ok and value is False:
             listing, indexed = False, True
     return listing, indexed
 
 
-def _as_failure(member: _Member[Any], exc: BaseException) -> BaseException:
+def _as_failure(job: _Job[Any], exc: BaseException) -> BaseException:
     """What a program's own failure becomes for its caller: a database error is the
     ``DatabaseFailure`` of a transaction that was rolled back; anything else (what the
     program raised) as it is."""
-    return _failure(member, exc, "body") if isinstance(exc, DATABASE_ERRORS) else exc
+    return _failure(job, exc, "body") if isinstance(exc, DATABASE_ERRORS) else exc
 
 
-def _failure(member: _Member[Any], exc: BaseException, phase: str) -> BaseException:
-    error = failure(member.action, member.conversation, exc, phase)
+def _failure(job: _Job[Any], exc: BaseException, phase: str) -> BaseException:
+    error = failure(job.action, job.conversation, exc, phase)
     error.__cause__ = exc
     return error
+
+
+def _locked(job: _Job[Any]) -> DatabaseFailure:
+    """The failure of a job that waited in the queue for the busy timeout."""
+    where = f" conversation {job.conversation!r}" if job.conversation is not None else ""
+    return DatabaseFailure(
+        f"{job.action}{where} failed: database is locked (busy timeout: other writers of"
+        " this store held it)"
+    )
