@@ -24,19 +24,15 @@ Programs run with three policies:
   taken, a failed COMMIT) is every member's failure, with the same ``phase`` as a
   transaction of its own. A job runs after the jobs queued before it and sees what
   they wrote.
-- The lone writer. A program or turn that finds nobody writing or waiting runs at
-  once, in its caller's own task (no task to start, no result to hand over); the jobs
-  that arrive meanwhile queue, and a task of the writer (the leader) runs them when it
-  ends. Unless the last group had several: writers that came together are likely to
-  come back together (each woken by the same commit), so such a writer queues instead,
-  and the leader, starting on the event loop's next turn, takes everyone who arrived
-  in this one (16 tasks: two cohorts of about 8, one committing while the other
-  prepares, not groups of 1 and 16 in turn). A lone writer's short program (an append
-  of a few messages, on a store whose commits do not fsync) runs on the event loop's
-  own thread when the same task wrote last (``SqliteDriver``'s ``inline``): an agent
-  loop pays no trip to the connection's thread. Not while the WAL is estimated at half
-  the size at which a commit checkpoints by itself (``engine.WAL_NET_PAGES``), so that
-  such a checkpoint never runs on the loop.
+- The lone writer. A job that finds nothing running or queued runs at once, in its
+  caller's own task; the jobs arriving meanwhile queue for the leader, a task of the
+  writer started when it ends. After a group of several a program queues instead:
+  writers woken by one commit come back together, and the leader, starting on the
+  loop's next turn, takes them all (16 tasks: two cohorts of about 8, not groups of 1
+  and 16 in turn). A lone writer's short program (a few messages, commits without
+  fsync) runs on the event loop's own thread when the same task wrote last
+  (``SqliteDriver``'s ``inline``), unless the WAL is estimated at half the size at
+  which a commit checkpoints by itself (``engine.WAL_NET_PAGES``).
 - Background work. After each committed group the WAL checkpoints
   (``_storage.wal_checkpoints``) and the full-text index's scheduler
   (``search_index.IndexScheduler``) are told; an indexing run is a program of this
@@ -60,16 +56,17 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, suppress
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .completion import end_all, finish_then_cancel
-from .dberrors import DATABASE_ERRORS, DatabaseFailure, failure, not_committed
+from .dberrors import DATABASE_ERRORS, not_committed
 from .drivers import Phase, Program, Rollback
 from .engine import WAL_NET_PAGES
 from .search_index import IndexScheduler
 from .statement_groups import MAX_GROUP
 from .states import transition
 from .wal_checkpoints import WalCheckpoints
+from .write_jobs import Job, as_failure, failure_of, lists_for_index, locked
 
 __all__ = ["SqliteWriter"]
 
@@ -87,50 +84,17 @@ _LIFECYCLE: dict[str, tuple[str, ...]] = {
 }
 
 
-class _Job(Generic[T]):
-    """A queued job: a program (``program``; ``done`` gets its value) or a turn
-    (``program`` is ``None``; ``done`` is set when the turn is its, and its holder sets
-    ``released`` when done with it)."""
-
-    __slots__ = (
-        "action",
-        "conversation",
-        "done",
-        "indexing",
-        "program",
-        "released",
-        "started",
-        "timer",
-    )
-
-    def __init__(
-        self,
-        program: Program[T] | None,
-        action: str,
-        conversation: str | None,
-        done: asyncio.Future[T],
-        indexing: bool = False,
-    ) -> None:
-        self.program = program
-        self.action = action
-        self.conversation = conversation
-        self.done = done
-        self.started = False
-        self.indexing = indexing
-        """A run of the indexer (which lists nothing)."""
-        self.released: asyncio.Future[None] | None = None
-        self.timer: asyncio.TimerHandle | None = None
-        """Fails the job when it waited for the busy timeout."""
-
-
 class SqliteWriter:
     """A store's SQLite write queue, its jobs and their policies (module).
 
-    ``connection()`` lends a driver connection; ``run_group(conn, programs, phase,
+    ``connection()`` lends a driver connection (the writer keeps one for its jobs,
+    ``lend``; a checkpoint's first step takes another); ``run_group(conn, programs, phase,
     inline)`` runs programs in one transaction and returns, per program, ``(True,
     value)`` or ``(False, exception)``; ``checkpoint(conn, truncate)`` checkpoints the
     WAL. ``busy_timeout_s``: the longest wait of a job in the queue. ``inline``: a short
     program may run on the event loop's thread (the store's commits do not fsync).
+    ``keep``: the write connection is kept between jobs (else given back after each:
+    a pool with no connection to spare).
     """
 
     def __init__(
@@ -141,8 +105,10 @@ class SqliteWriter:
         *,
         busy_timeout_s: float,
         inline: bool = False,
+        keep: bool = True,
     ) -> None:
         self._connection = connection
+        self._keep = keep
         self._run_group = run_group
         self._busy_timeout_s = busy_timeout_s
         self._inline = inline
@@ -151,10 +117,13 @@ class SqliteWriter:
         """Told of each committed group's listing (set by the executor, when it indexes)."""
         self.runner: Literal["idle", "running"] = "idle"
         self.lifecycle: Literal["open", "closing", "closed"] = "open"
-        self._queue: deque[_Job[Any]] = deque()
+        self._queue: deque[Job[Any]] = deque()
         # The leader's task; or, while a lone program runs in its caller's task, a
         # future that ends with it; ``None`` while a lone turn is held.
         self._leader: asyncio.Future[None] | None = None
+        # The write connection: opened by the first job, kept for the store's life;
+        # given back (and opened again by the next job) only after a failure.
+        self._held: tuple[AbstractAsyncContextManager[Any], Any] | None = None
         self._last_writer: weakref.ref[asyncio.Task[Any]] | None = None
         self._last_size = 1  # programs of the last group
         self.sizes: deque[int] = deque(maxlen=256)
@@ -166,6 +135,39 @@ class SqliteWriter:
         """Hold the whole write side for an ``async with`` (a job of the queue);
         ``DatabaseFailure`` after waiting for the busy timeout."""
         return _Turn(self, action, conversation)
+
+    def lend(self) -> _Lent:
+        """The write connection, for an ``async with`` by the holder of a turn (or the
+        runner): kept after the block (``keep``), given back when the block raised
+        (``lending``: settled after a cancellation, dropped when its state is unknown)."""
+        return _Lent(self)
+
+    @property
+    def holds_connection(self) -> bool:
+        """Whether the write connection is open (checked out of the pool)."""
+        return self._held is not None
+
+    async def _open(self) -> Any:
+        if self._held is None:
+            lent = self._connection()
+            self._held = (lent, await lent.__aenter__())
+        return self._held[1]
+
+    async def _give_back(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            await held[0].__aexit__(kind, exc, tb)
+
+    def abandon(self) -> AbstractAsyncContextManager[Any] | None:
+        """Forget the write connection without touching the event loop (it has closed):
+        its lending, for the caller to end."""
+        held, self._held = self._held, None
+        return None if held is None else held[0]
 
     @property
     def queued(self) -> int:
@@ -181,7 +183,7 @@ class SqliteWriter:
         """Whether a job may run at once in its caller's task: nothing runs or waits."""
         return not self._queue and self._free()
 
-    def _enqueue(self, job: _Job[Any]) -> None:
+    def _enqueue(self, job: Job[Any]) -> None:
         """Queue ``job``, fail it after the busy timeout, and start the leader when
         nothing runs."""
         self._queue.append(job)
@@ -190,13 +192,13 @@ class SqliteWriter:
         if self._free():
             self._begin(asyncio.ensure_future(self._lead()))
 
-    def _start(self, job: _Job[Any]) -> None:
+    def _start(self, job: Job[Any]) -> None:
         job.started = True
         if job.timer is not None:
             job.timer.cancel()
             job.timer = None
 
-    def _leave(self, job: _Job[Any]) -> None:
+    def _leave(self, job: Job[Any]) -> None:
         """Take a job that has not started out of the queue (its caller gave up)."""
         if job.timer is not None:
             job.timer.cancel()
@@ -206,13 +208,13 @@ class SqliteWriter:
         if job.program is not None:
             job.program.close()
 
-    def _expire(self, job: _Job[Any]) -> None:
+    def _expire(self, job: Job[Any]) -> None:
         """The busy timeout passed with ``job`` still queued: it fails, nothing done."""
         job.timer = None
         if job.started or job.done.done():
             return
         self._leave(job)
-        job.done.set_exception(_locked(job))
+        job.done.set_exception(locked(job))
 
     # ------------------------------------------------------------------ programs
 
@@ -233,7 +235,7 @@ class SqliteWriter:
         if self.lifecycle == "closed":
             transition(self.lifecycle, "open", _LIFECYCLE, "writer")  # raises
         loop = asyncio.get_running_loop()
-        job: _Job[T] = _Job(program, action, conversation, loop.create_future(), indexing)
+        job: Job[T] = Job(program, action, conversation, loop.create_future(), indexing)
         task = asyncio.current_task()
         again = task is not None and self._last_writer is not None and self._last_writer() is task
         self._last_writer = None if task is None else weakref.ref(task)
@@ -271,7 +273,7 @@ class SqliteWriter:
         if self._queue:
             self._begin(asyncio.ensure_future(self._lead()))
 
-    async def _run_alone(self, job: _Job[T], *, inline: bool) -> T:
+    async def _run_alone(self, job: Job[T], *, inline: bool) -> T:
         """Run the program of a writer that found nobody writing or waiting, in the
         writer's own task: a group of one, without a task to start and a result to
         hand over. A cancelled writer sees its ``CancelledError`` once the transaction
@@ -299,7 +301,7 @@ class SqliteWriter:
                     head.done.set_result(None)
                     await head.released
                     continue
-                group: list[_Job[Any]] = []
+                group: list[Job[Any]] = []
                 while self._queue and len(group) < MAX_GROUP and self._queue[0].program is not None:
                     job = self._queue.popleft()
                     self._start(job)
@@ -314,22 +316,22 @@ class SqliteWriter:
         finally:
             self._end()
 
-    async def _run(self, group: list[_Job[Any]], inline: bool = False) -> None:
+    async def _run(self, group: list[Job[Any]], inline: bool = False) -> None:
         phase = Phase()
         programs: list[Program[Any]] = [job.program for job in group if job.program is not None]
         try:
-            async with self._connection() as conn:
+            async with self.lend() as conn:
                 outcomes = await self._run_group(conn, programs, phase, inline)
             phase.name = "done"
         except DATABASE_ERRORS as exc:
             name = "body" if phase.name == "commit" and not_committed(exc) else phase.name
             for job in group:
-                job.done.set_exception(_failure(job, exc, name))
+                job.done.set_exception(failure_of(job, exc, name))
             return
         self._committed(group, outcomes)
         for job, (ok, value) in zip(group, outcomes, strict=True):
             if not ok:
-                job.done.set_exception(_as_failure(job, value))
+                job.done.set_exception(as_failure(job, value))
             elif isinstance(value, Rollback):
                 job.done.set_result(value.value)
             else:
@@ -337,14 +339,14 @@ class SqliteWriter:
 
     # ------------------------------------------------------------------ policies
 
-    def _committed(self, group: list[_Job[Any]], outcomes: list[tuple[bool, Any]]) -> None:
+    def _committed(self, group: list[Job[Any]], outcomes: list[tuple[bool, Any]]) -> None:
         """Tell the background work of a committed group (see the module)."""
         self.sizes.append(len(group))
         if self.indexer is not None:
-            listing, indexed = _listing(group, outcomes)
+            listed, indexed = lists_for_index(group, outcomes)
             if indexed:
                 self.indexer.caught_up()
-            if listing:
+            if listed:
                 self.indexer.listed()
         self.checkpoints.committed()
 
@@ -365,8 +367,10 @@ class SqliteWriter:
         await self._settled()
 
     async def close(self) -> None:
-        """After ``stop`` and the indexer's close: wait for what still runs."""
+        """After ``stop`` and the indexer's close: wait for what still runs, and give
+        the write connection back."""
         await self._settled()
+        await self._give_back(None, None, None)
         self.lifecycle = transition(self.lifecycle, "closed", _LIFECYCLE, "writer")
 
     async def _settled(self) -> None:
@@ -374,6 +378,28 @@ class SqliteWriter:
             t for t in (self._leader, self.checkpoints.task) if t is not None and not t.done()
         ]:
             await asyncio.wait(running)
+
+
+class _Lent:
+    """``SqliteWriter.lend`` (a class, not an async generator: see ``_Turn``)."""
+
+    __slots__ = ("_writer",)
+
+    def __init__(self, writer: SqliteWriter) -> None:
+        self._writer = writer
+
+    async def __aenter__(self) -> Any:
+        return await self._writer._open()  # noqa: SLF001 - the writer's own part
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        writer = self._writer
+        if exc is not None or not writer._keep:  # noqa: SLF001 - the writer's own part
+            await writer._give_back(kind, exc, tb)  # noqa: SLF001
 
 
 class _Turn:
@@ -387,7 +413,7 @@ class _Turn:
         self.action = action
         self.conversation = conversation
         self._alone = False
-        self._job: _Job[None] | None = None
+        self._job: Job[None] | None = None
 
     async def __aenter__(self) -> None:
         writer = self._writer
@@ -396,7 +422,7 @@ class _Turn:
             self._alone = True
             return
         loop = asyncio.get_running_loop()
-        job: _Job[None] = _Job(None, self.action, self.conversation, loop.create_future())
+        job: Job[None] = Job(None, self.action, self.conversation, loop.create_future())
         job.released = loop.create_future()
         writer._enqueue(job)  # noqa: SLF001
         try:
@@ -422,37 +448,3 @@ class _Turn:
             released, self._job = self._job.released, None
             if released is not None and not released.done():
                 released.set_result(None)
-
-
-def _listing(group: list[_Job[Any]], outcomes: list[tuple[bool, Any]]) -> tuple[bool, bool]:
-    """Whether a committed group may have listed messages for the index after its last
-    run of the indexer that indexed the whole list, and whether it had such a run."""
-    listing = indexed = False
-    for job, (ok, value) in zip(group, outcomes, strict=True):
-        if not job.indexing:
-            listing = True
-        elif ok and value is False:
-            listing, indexed = False, True
-    return listing, indexed
-
-
-def _as_failure(job: _Job[Any], exc: BaseException) -> BaseException:
-    """What a program's own failure becomes for its caller: a database error is the
-    ``DatabaseFailure`` of a transaction that was rolled back; anything else (what the
-    program raised) as it is."""
-    return _failure(job, exc, "body") if isinstance(exc, DATABASE_ERRORS) else exc
-
-
-def _failure(job: _Job[Any], exc: BaseException, phase: str) -> BaseException:
-    error = failure(job.action, job.conversation, exc, phase)
-    error.__cause__ = exc
-    return error
-
-
-def _locked(job: _Job[Any]) -> DatabaseFailure:
-    """The failure of a job that waited in the queue for the busy timeout."""
-    where = f" conversation {job.conversation!r}" if job.conversation is not None else ""
-    return DatabaseFailure(
-        f"{job.action}{where} failed: database is locked (busy timeout: other writers of"
-        " this store held it)"
-    )
