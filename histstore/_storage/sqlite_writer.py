@@ -36,10 +36,8 @@ Programs run with three policies:
 - Background work. After each committed group the WAL checkpoints
   (``_storage.wal_checkpoints``) and the full-text index's scheduler
   (``search_index.IndexScheduler``) are told; an indexing run is a program of this
-  queue like a writer's (``indexing=True``: it lists nothing), a chunk at a time, so
-  writers' programs go between runs. Runs start from a writer's commit, never from a
-  timer: work started from a timer may begin while ``asyncio.run`` shuts the loop down
-  and be left unfinished.
+  queue (``indexing=True``: it lists nothing), a chunk at a time. Runs start from a
+  commit, never from a timer (which may fire while ``asyncio.run`` shuts the loop down).
 
 States. The runner: ``idle`` (no job runs) and ``running`` (a lone job, or the
 leader's jobs; the queue may hold more). The lifecycle: ``open``, ``closing``
@@ -63,10 +61,10 @@ from .dberrors import DATABASE_ERRORS, not_committed
 from .drivers import Phase, Program, Rollback
 from .engine import WAL_NET_PAGES
 from .search_index import IndexScheduler
-from .statement_groups import MAX_GROUP
+from .statement_groups import take_group
 from .states import transition
 from .wal_checkpoints import WalCheckpoints
-from .write_jobs import Job, as_failure, failure_of, lists_for_index, locked
+from .write_jobs import Job, as_failure, failure_of, lists_for_index, locked, programs_only
 
 __all__ = ["SqliteWriter"]
 
@@ -194,15 +192,17 @@ class SqliteWriter:
 
     def _start(self, job: Job[Any]) -> None:
         job.started = True
+        self._disarm(job)
+
+    @staticmethod
+    def _disarm(job: Job[Any]) -> None:
         if job.timer is not None:
             job.timer.cancel()
             job.timer = None
 
     def _leave(self, job: Job[Any]) -> None:
         """Take a job that has not started out of the queue (its caller gave up)."""
-        if job.timer is not None:
-            job.timer.cancel()
-            job.timer = None
+        self._disarm(job)
         with suppress(ValueError):  # the busy timeout took it out already
             self._queue.remove(job)
         if job.program is not None:
@@ -301,11 +301,9 @@ class SqliteWriter:
                     head.done.set_result(None)
                     await head.released
                     continue
-                group: list[Job[Any]] = []
-                while self._queue and len(group) < MAX_GROUP and self._queue[0].program is not None:
-                    job = self._queue.popleft()
+                group, self._queue = take_group(self._queue, programs_only)
+                for job in group:
                     self._start(job)
-                    group.append(job)
                 self._last_size = len(group)
                 try:
                     await self._run(group)

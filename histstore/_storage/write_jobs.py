@@ -9,7 +9,7 @@ from typing import Any, Generic, TypeVar
 from .dberrors import DATABASE_ERRORS, DatabaseFailure, failure
 from .drivers import Program
 
-__all__ = ["Job", "as_failure", "failure_of", "lists_for_index", "locked"]
+__all__ = ["Job", "as_failure", "failure_of", "lists_for_index", "locked", "programs_only"]
 
 T = TypeVar("T")
 
@@ -82,3 +82,8 @@ def locked(job: Job[Any]) -> DatabaseFailure:
         f"{job.action}{where} failed: database is locked (busy timeout: other writers of"
         " this store held it)"
     )
+
+
+def programs_only(job: Job[Any], taken: list[Job[Any]]) -> bool | None:
+    """A group of the writer takes the programs up to the next turn (``take_group``)."""
+    return True if job.program is not None else None
