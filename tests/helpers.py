@@ -81,9 +81,11 @@ ALEMBIC = Path(sysconfig.get_path("scripts")) / "alembic"
 
 def connections_in_use(store: histstore.Store) -> int:
     """Connections checked out of the store's pool for calls under way: 0 between calls
-    (the connections the store keeps for its next calls do not count)."""
+    (the connections the store keeps for its next calls, and an SQLite writer's own
+    connection, do not count)."""
     checked_out: int = store.engine.pool.checkedout()  # type: ignore[attr-defined]
-    return checked_out - store.diagnostics().idle_connections
+    now = store.diagnostics()
+    return checked_out - now.idle_connections - now.writer_connection
 
 
 CLI_WITHOUT_LANGGRAPH = (

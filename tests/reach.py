@@ -42,6 +42,13 @@ def next_connection(store: Store) -> AbstractAsyncContextManager[Any]:
     return store.internals.executor._connection()
 
 
+def write_connection(store: Store) -> AbstractAsyncContextManager[Any]:
+    """The driver connection the store's writes take (SQLite: the writer's one write
+    connection): a fault set on it (``PRAGMA query_only``, ``max_page_count``) is met by
+    the next write."""
+    return store.internals.executor._write_connection()
+
+
 @asynccontextmanager
 async def holding_the_write_turn(store: Store, lock: str | None = None) -> AsyncIterator[None]:
     """Hold the store's write transaction (SQLite: its write turn and the file's write

@@ -14,7 +14,7 @@ from .orphans import release_orphaned
 from .pool_options import DEFAULT_REFUSED_WAIT
 from .refusals import Backoff, pool_idle
 
-__all__ = ["MAX_IDLE", "ConnectionCache", "release_connections"]
+__all__ = ["MAX_IDLE", "ConnectionCache", "release_connections", "spare"]
 
 MAX_IDLE = 0.5
 """Seconds a connection is kept out of the pool unused. Long enough for a busy store's
@@ -68,11 +68,7 @@ class ConnectionCache:
         """A cache of at most ``limit`` connections that leaves ``engine``'s pool
         ``reserve`` connections and one more, of ``capacity`` (the most the pool holds,
         ``pool_size + max_overflow``; ``None``: its ``pool_size``)."""
-        pool_ = engine.sync_engine.pool
-        size = pool_.size() if isinstance(pool_, QueuePool) else 0
-        if capacity is not None and isinstance(pool_, QueuePool):
-            size = capacity
-        limit = max(0, min(limit, size - 1 - reserve))
+        limit = max(0, min(limit, spare(engine, capacity) - reserve))
         return cls(engine, limit=limit, backoff=backoff)
 
     @property
@@ -163,14 +159,28 @@ class ConnectionCache:
             await greenlet_spawn(raw.close)
 
 
+def spare(engine: AsyncEngine, capacity: int | None = None) -> int:
+    """How many connections of ``engine``'s pool a store may keep out of it: all but
+    one, of ``capacity`` (``None``: its ``pool_size``); none unless it is a queue pool."""
+    pool_ = engine.sync_engine.pool
+    if not isinstance(pool_, QueuePool):
+        return 0
+    return max(0, (pool_.size() if capacity is None else capacity) - 1)
+
+
 async def release_connections(
-    caches: Sequence[ConnectionCache], engine: AsyncEngine, dispose: bool, *, orphaned: bool
+    caches: Sequence[ConnectionCache],
+    engine: AsyncEngine,
+    dispose: bool,
+    *,
+    orphaned: bool,
+    extra: Sequence[PoolProxiedConnection] = (),
 ) -> None:
     """Close ``caches`` and, with ``dispose``, ``engine``: on the loop the connections
     belong to, or, ``orphaned``, on another after that loop has closed (see
-    ``_storage.orphans``)."""
+    ``_storage.orphans``), with the ``extra`` connections still checked out."""
     if orphaned:
-        kept = [raw for cache in caches for raw in cache.abandon()]
+        kept = [*extra, *(raw for cache in caches for raw in cache.abandon())]
         await release_orphaned(engine, kept, dispose=dispose)
         return
     for cache in caches:

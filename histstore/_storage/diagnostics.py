@@ -23,6 +23,9 @@ class Diagnostics:
     """``"sqlite"`` or ``"postgresql"``."""
     idle_connections: int
     """Connections kept for the next calls (checked out of the pool, unused)."""
+    writer_connection: bool
+    """SQLite file: the writer's write connection is open (checked out of the pool for
+    the store's life; it is not among ``idle_connections``)."""
     one_trip: bool
     """SQLite: a program runs in one trip to the connection's thread (aiosqlite's
     private queue is there; else every statement goes through its public calls)."""
@@ -58,6 +61,7 @@ def diagnose(executor: Executor) -> Diagnostics:
     return Diagnostics(
         backend=executor.dialect.name,
         idle_connections=executor.idle_connections,
+        writer_connection=writer is not None and writer.holds_connection,
         one_trip=bool(getattr(executor.driver, "one_trip", False)),
         writer=None if writer is None else writer.runner,
         writer_lifecycle=None if writer is None else writer.lifecycle,

@@ -23,7 +23,7 @@ from sqlalchemy.util import greenlet_spawn
 from .._errors import HistStoreError
 from .append_groups import IN_FLIGHT, AppendGroups, statement_sender
 from .completion import run_to_completion
-from .connections import ConnectionCache, release_connections
+from .connections import ConnectionCache, release_connections, spare
 from .dberrors import DATABASE_ERRORS, DatabaseFailure, connection_lost, failure, not_committed
 from .deadlines import WRITE_GRACE, CallTimeout
 from .diagnostics import Diagnostics, diagnose
@@ -98,9 +98,12 @@ class Executor(LongWork):
             capacity=capacity,
             backoff=self._backoff,
         )
+        # An SQLite file: the writer keeps its write connection for the store's life,
+        # when the pool's size leaves one more (then the cache keeps one fewer).
+        keeps = sqlite is not None and not self._in_memory and spare(engine) > 0
         self._cache = ConnectionCache.for_engine(
             engine,
-            reserve=self._statement_writes.limit,
+            reserve=self._statement_writes.limit + keeps,
             capacity=capacity,
             backoff=self._backoff,
         )
@@ -123,6 +126,7 @@ class Executor(LongWork):
                 self.driver.checkpoint,
                 busy_timeout_s=sqlite.busy_timeout_ms / 1000,
                 inline=sqlite.synchronous == "NORMAL",  # commits that do not fsync
+                keep=keeps,
             )
         # Programs go to the writer's queue where the driver runs a group in one trip.
         self._grouped = self.writer is not None and self.driver.groups
@@ -198,7 +202,9 @@ class Executor(LongWork):
                 await self.writer.close()
         self._closed = True
         kept = (self._cache, self._statement_writes)
-        await release_connections(kept, self._base_engine, dispose, orphaned=orphaned)
+        lent = None if self.writer is None or not orphaned else self.writer.abandon()
+        extra = [lent.raw] if isinstance(lent, LentConnection) and lent.raw is not None else []
+        await release_connections(kept, self._base_engine, dispose, orphaned=orphaned, extra=extra)
 
     def listed(self, messages: int = 1) -> None:
         """A write committed outside the groups: what it listed for the full-text index
@@ -250,6 +256,10 @@ class Executor(LongWork):
     def _connection(self, cache: ConnectionCache | None = None) -> LentConnection:
         """A driver connection from ``cache`` (else the main one), lent (``_storage.lending``)."""
         return LentConnection(self, self._cache if cache is None else cache)
+
+    def _write_connection(self, cache: Any = None) -> AbstractAsyncContextManager[Any]:
+        """A write's connection, in the turn: the SQLite writer's own, else ``_connection``."""
+        return self._connection(cache) if self.writer is None else self.writer.lend()
 
     def _core(self, engine: AsyncEngine) -> AbstractAsyncContextManager[AsyncConnection]:
         """A SQLAlchemy connection of ``engine`` for Core work, waiting out refusals."""
@@ -341,7 +351,7 @@ class Executor(LongWork):
         self.refuse_writes(action, conversation)
 
         async def attempt(phase: Phase) -> T | Rollback[T]:
-            async with self._connection(self._statement_writes if single else None) as conn:
+            async with self._write_connection(self._statement_writes if single else None) as conn:
                 if single:
                     phase.name = "commit"  # its own commit, from the moment it is sent
                 return await self.driver.run(conn, program, phase, begin=not single, end=not single)

@@ -54,6 +54,11 @@ class LentConnection:
         self._cache = cache
         self._raw: PoolProxiedConnection | None = None
 
+    @property
+    def raw(self) -> PoolProxiedConnection | None:
+        """The pooled connection while lent (for ending it after its loop closed)."""
+        return self._raw
+
     async def __aenter__(self) -> Any:
         executor = self._executor
         raw = self._raw = await executor.checkout(self._cache)

@@ -52,6 +52,9 @@ class LongWork:
     def _connection(self, cache: Any = None) -> LentConnection:
         raise NotImplementedError
 
+    def _write_connection(self) -> AbstractAsyncContextManager[Any]:
+        raise NotImplementedError
+
     def _core(self, engine: AsyncEngine) -> AbstractAsyncContextManager[AsyncConnection]:
         raise NotImplementedError
 
@@ -66,7 +69,7 @@ class LongWork:
         self.check()
         self.refuse_writes(action, None)
         try:
-            async with self._writing(action, None), self._connection() as conn:
+            async with self._writing(action, None), self._write_connection() as conn:
                 tx = Transaction(self.driver, conn, self.listed)
                 try:
                     yield tx

@@ -1,46 +1,48 @@
 """The SQLite writer: the one way a store's writes reach an SQLite file.
 
-SQLite has one write lock per file. A store's writers take it in the writer's turn
-(``turn``), first come first served, not in SQLite's busy handler (whose growing sleeps
-can leave a free lock idle ~100 ms); other processes meet it at the lock, polled for up
-to the busy timeout (``sqlite_driver``). Everything that writes holds the turn: a group
-of programs, a ``transaction()``, Core writes, a single statement, the second step of a
-checkpoint. Waiting longer than the busy timeout fails as SQLite's own wait would.
+SQLite has one write lock per file. A store's writers take it in the order they came,
+through one FIFO queue of *jobs* here, not in SQLite's busy handler (whose growing
+sleeps can leave a free lock idle ~100 ms); other processes meet it at the lock, polled
+for up to the busy timeout (``sqlite_driver``). A job is either
 
-Programs (``submit``) are the common write, and the writer runs them with three
-policies:
+- a program (``submit``), the common write, run by the writer in a group, or
+- a turn (``turn``): the whole write side held for its caller's own work, a
+  ``transaction()`` of several programs (import, copy), Core writes, a single
+  statement, the second step of a background checkpoint.
 
-- Group commit. The programs of concurrent callers run together in one write
-  transaction (one trip to the connection's thread, one COMMIT), each in its own
-  savepoint, so what one program raises, or a ``Rollback`` it returns, undoes only its
-  own statements; every caller gets exactly what its program alone would have given.
-  A failure of the transaction itself (the write lock not taken, a failed COMMIT) is
-  every member's failure, with the same ``phase`` as a transaction of its own. A
-  program runs after the programs queued before it and sees what they wrote.
-- The lone writer. A writer that finds nobody writing or waiting runs its program at
-  once, in its own task; the writers that arrive meanwhile go together in the next
-  group, run by a task of the writer (the leader). Unless the last group had several:
-  writers that came together are likely to come back together (each woken by the same
-  commit), so such a writer queues instead, and the leader, starting on the event
-  loop's next turn, takes everyone who arrived in this one (16 tasks: two cohorts of
-  about 8, one committing while the other prepares, not groups of 1 and 16 in turn).
-  A lone writer's short program (an append of a few messages, on a store whose commits
-  do not fsync) runs on the event loop's own thread when the same task wrote last
-  (``SqliteDriver``'s ``inline``): an agent loop pays no trip to the connection's
-  thread. Not while the WAL is estimated at half the size at which a commit checkpoints
-  by itself (``engine.WAL_NET_PAGES``), so that such a checkpoint never runs on the loop.
+A job that waits in the queue longer than the busy timeout fails as SQLite's own wait
+would (``DatabaseFailure``, "database is locked"), leaving the queue; one cancelled
+while it waits leaves the queue with nothing done.
+
+Programs run with three policies:
+
+- Group commit. The programs queued together (up to ``MAX_GROUP``, up to the next turn
+  in the queue) run in one write transaction (one trip to the connection's thread, one
+  COMMIT), each in its own savepoint, so what one program raises, or a ``Rollback`` it
+  returns, undoes only its own statements; every caller gets exactly what its program
+  alone would have given. A failure of the transaction itself (the write lock not
+  taken, a failed COMMIT) is every member's failure, with the same ``phase`` as a
+  transaction of its own. A job runs after the jobs queued before it and sees what
+  they wrote.
+- The lone writer. A job that finds nothing running or queued runs at once, in its
+  caller's own task; the jobs arriving meanwhile queue for the leader, a task of the
+  writer started when it ends. After a group of several a program queues instead:
+  writers woken by one commit come back together, and the leader, starting on the
+  loop's next turn, takes them all (16 tasks: two cohorts of about 8, not groups of 1
+  and 16 in turn). A lone writer's short program (a few messages, commits without
+  fsync) runs on the event loop's own thread when the same task wrote last
+  (``SqliteDriver``'s ``inline``), unless the WAL is estimated at half the size at
+  which a commit checkpoints by itself (``engine.WAL_NET_PAGES``).
 - Background work. After each committed group the WAL checkpoints
   (``_storage.wal_checkpoints``) and the full-text index's scheduler
   (``search_index.IndexScheduler``) are told; an indexing run is a program of this
-  queue like a writer's (``indexing=True``: it lists nothing), a chunk at a time, so
-  writers' programs go between runs. Runs start from a writer's commit, never from a
-  timer: work started from a timer may begin while ``asyncio.run`` shuts the loop down
-  and be left unfinished.
+  queue (``indexing=True``: it lists nothing), a chunk at a time. Runs start from a
+  commit, never from a timer (which may fire while ``asyncio.run`` shuts the loop down).
 
-States. The runner: ``idle`` (no program runs) and ``running`` (a lone writer's program
-or the leader's groups; the queue may hold more). The lifecycle: ``open``, ``closing``
-(background work stops starting; queued programs and the indexer's last runs still
-run), ``closed`` (``submit`` raises). A move outside these tables raises
+States. The runner: ``idle`` (no job runs) and ``running`` (a lone job, or the
+leader's jobs; the queue may hold more). The lifecycle: ``open``, ``closing``
+(background work stops starting; queued jobs and the indexer's last runs still run),
+``closed`` (``submit`` raises). A move outside these tables raises
 ``states.InvalidTransition``.
 """
 
@@ -50,19 +52,19 @@ import asyncio
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, suppress
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .completion import end_all, finish_then_cancel
-from .dberrors import DATABASE_ERRORS, DatabaseFailure, failure, not_committed
+from .dberrors import DATABASE_ERRORS, not_committed
 from .drivers import Phase, Program, Rollback
 from .engine import WAL_NET_PAGES
 from .search_index import IndexScheduler
-from .statement_groups import MAX_GROUP
+from .statement_groups import take_group
 from .states import transition
 from .wal_checkpoints import WalCheckpoints
-from .write_gate import WriteGate
+from .write_jobs import Job, as_failure, failure_of, lists_for_index, locked, programs_only
 
 __all__ = ["SqliteWriter"]
 
@@ -80,34 +82,17 @@ _LIFECYCLE: dict[str, tuple[str, ...]] = {
 }
 
 
-class _Member(Generic[T]):
-    __slots__ = ("action", "conversation", "done", "indexing", "program", "started")
-
-    def __init__(
-        self,
-        program: Program[T],
-        action: str,
-        conversation: str | None,
-        done: asyncio.Future[T],
-        indexing: bool,
-    ) -> None:
-        self.program = program
-        self.action = action
-        self.conversation = conversation
-        self.done = done
-        self.started = False
-        self.indexing = indexing
-        """A run of the indexer (which lists nothing)."""
-
-
 class SqliteWriter:
-    """A store's SQLite write turn, its queue of programs and their policies (module).
+    """A store's SQLite write queue, its jobs and their policies (module).
 
-    ``connection()`` lends a driver connection; ``run_group(conn, programs, phase,
+    ``connection()`` lends a driver connection (the writer keeps one for its jobs,
+    ``lend``; a checkpoint's first step takes another); ``run_group(conn, programs, phase,
     inline)`` runs programs in one transaction and returns, per program, ``(True,
     value)`` or ``(False, exception)``; ``checkpoint(conn, truncate)`` checkpoints the
-    WAL. ``busy_timeout_s``: the longest wait for the turn. ``inline``: a short program
-    may run on the event loop's thread (the store's commits do not fsync).
+    WAL. ``busy_timeout_s``: the longest wait of a job in the queue. ``inline``: a short
+    program may run on the event loop's thread (the store's commits do not fsync).
+    ``keep``: the write connection is kept between jobs (else given back after each:
+    a pool with no connection to spare).
     """
 
     def __init__(
@@ -118,42 +103,118 @@ class SqliteWriter:
         *,
         busy_timeout_s: float,
         inline: bool = False,
+        keep: bool = True,
     ) -> None:
         self._connection = connection
+        self._keep = keep
         self._run_group = run_group
         self._busy_timeout_s = busy_timeout_s
         self._inline = inline
-        self._gate = WriteGate()
         self.checkpoints = WalCheckpoints(connection, self.turn, checkpoint)
         self.indexer: IndexScheduler | None = None
         """Told of each committed group's listing (set by the executor, when it indexes)."""
         self.runner: Literal["idle", "running"] = "idle"
         self.lifecycle: Literal["open", "closing", "closed"] = "open"
-        self._queue: deque[_Member[Any]] = deque()
-        # The leader's task; or, while a lone writer runs its own, a future that ends
-        # with it (see ``_run_alone``).
+        self._queue: deque[Job[Any]] = deque()
+        # The leader's task; or, while a lone program runs in its caller's task, a
+        # future that ends with it; ``None`` while a lone turn is held.
         self._leader: asyncio.Future[None] | None = None
+        # The write connection: opened by the first job, kept for the store's life;
+        # given back (and opened again by the next job) only after a failure.
+        self._held: tuple[AbstractAsyncContextManager[Any], Any] | None = None
         self._last_writer: weakref.ref[asyncio.Task[Any]] | None = None
         self._last_size = 1  # programs of the last group
         self.sizes: deque[int] = deque(maxlen=256)
         """The sizes of the latest committed groups, oldest first (diagnostics)."""
 
-    # ------------------------------------------------------------------ the turn
+    # ------------------------------------------------------------------ the queue
 
     def turn(self, action: str, conversation: str | None) -> _Turn:
-        """Hold the write turn for an ``async with``; ``DatabaseFailure`` after waiting
-        for the busy timeout."""
-        return _Turn(self._gate, self._busy_timeout_s, action, conversation)
+        """Hold the whole write side for an ``async with`` (a job of the queue);
+        ``DatabaseFailure`` after waiting for the busy timeout."""
+        return _Turn(self, action, conversation)
+
+    def lend(self) -> _Lent:
+        """The write connection, for an ``async with`` by the holder of a turn (or the
+        runner): kept after the block (``keep``), given back when the block raised
+        (``lending``: settled after a cancellation, dropped when its state is unknown)."""
+        return _Lent(self)
+
+    @property
+    def holds_connection(self) -> bool:
+        """Whether the write connection is open (checked out of the pool)."""
+        return self._held is not None
+
+    async def _open(self) -> Any:
+        if self._held is None:
+            lent = self._connection()
+            self._held = (lent, await lent.__aenter__())
+        return self._held[1]
+
+    async def _give_back(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            await held[0].__aexit__(kind, exc, tb)
+
+    def abandon(self) -> AbstractAsyncContextManager[Any] | None:
+        """Forget the write connection without touching the event loop (it has closed):
+        its lending, for the caller to end."""
+        held, self._held = self._held, None
+        return None if held is None else held[0]
 
     @property
     def queued(self) -> int:
-        """Programs waiting for a group."""
-        return len(self._queue)
+        """Programs waiting in the queue."""
+        return sum(1 for job in self._queue if job.program is not None)
 
     @property
     def waiting_for_turn(self) -> int:
-        """Writers queued for the turn (a group's leader, a transaction, a checkpoint)."""
-        return self._gate.queued
+        """Turns waiting in the queue (a transaction, Core writes, a checkpoint step)."""
+        return sum(1 for job in self._queue if job.program is None)
+
+    def _alone(self) -> bool:
+        """Whether a job may run at once in its caller's task: nothing runs or waits."""
+        return not self._queue and self._free()
+
+    def _enqueue(self, job: Job[Any]) -> None:
+        """Queue ``job``, fail it after the busy timeout, and start the leader when
+        nothing runs."""
+        self._queue.append(job)
+        loop = asyncio.get_running_loop()
+        job.timer = loop.call_later(self._busy_timeout_s, self._expire, job)
+        if self._free():
+            self._begin(asyncio.ensure_future(self._lead()))
+
+    def _start(self, job: Job[Any]) -> None:
+        job.started = True
+        self._disarm(job)
+
+    @staticmethod
+    def _disarm(job: Job[Any]) -> None:
+        if job.timer is not None:
+            job.timer.cancel()
+            job.timer = None
+
+    def _leave(self, job: Job[Any]) -> None:
+        """Take a job that has not started out of the queue (its caller gave up)."""
+        self._disarm(job)
+        with suppress(ValueError):  # the busy timeout took it out already
+            self._queue.remove(job)
+        if job.program is not None:
+            job.program.close()
+
+    def _expire(self, job: Job[Any]) -> None:
+        """The busy timeout passed with ``job`` still queued: it fails, nothing done."""
+        job.timer = None
+        if job.started or job.done.done():
+            return
+        self._leave(job)
+        job.done.set_exception(locked(job))
 
     # ------------------------------------------------------------------ programs
 
@@ -174,34 +235,31 @@ class SqliteWriter:
         if self.lifecycle == "closed":
             transition(self.lifecycle, "open", _LIFECYCLE, "writer")  # raises
         loop = asyncio.get_running_loop()
-        member: _Member[T] = _Member(program, action, conversation, loop.create_future(), indexing)
+        job: Job[T] = Job(program, action, conversation, loop.create_future(), indexing)
         task = asyncio.current_task()
         again = task is not None and self._last_writer is not None and self._last_writer() is task
         self._last_writer = None if task is None else weakref.ref(task)
-        if self._free() and not self._queue and self._last_size == 1:
+        if self._last_size == 1 and self._alone():
             small = self.checkpoints.pages() < WAL_NET_PAGES // 2  # see the module
-            return await self._run_alone(member, inline=short and again and self._inline and small)
-        self._queue.append(member)
-        if self._free():
-            self._begin(asyncio.ensure_future(self._lead()))
+            return await self._run_alone(job, inline=short and again and self._inline and small)
+        self._enqueue(job)
         try:
-            return await asyncio.shield(member.done)
+            return await asyncio.shield(job.done)
         except asyncio.CancelledError:
-            if not member.started:
-                self._queue.remove(member)
-                program.close()
+            if not job.started:
+                self._leave(job)
             else:
-                await finish_then_cancel(member.done)
+                await finish_then_cancel(job.done)
             raise
 
     def _free(self) -> bool:
-        """Whether no program runs (a leader cancelled before it began, at the loop's
+        """Whether no job runs (a leader cancelled before it began, at the loop's
         shutdown, has ended too)."""
         if self.runner == "running" and self._leader is not None and self._leader.done():
             self._end()
         return self.runner == "idle"
 
-    def _begin(self, leader: asyncio.Future[None]) -> None:
+    def _begin(self, leader: asyncio.Future[None] | None) -> None:
         self.runner = transition(self.runner, "running", _RUNNER, "writer")
         self._leader = leader
 
@@ -209,73 +267,84 @@ class SqliteWriter:
         self.runner = transition(self.runner, "idle", _RUNNER, "writer")
         self._leader = None
 
-    async def _run_alone(self, member: _Member[T], *, inline: bool) -> T:
+    def _ended_alone(self) -> None:
+        """A lone job ended: the jobs queued meanwhile get a leader."""
+        self._end()
+        if self._queue:
+            self._begin(asyncio.ensure_future(self._lead()))
+
+    async def _run_alone(self, job: Job[T], *, inline: bool) -> T:
         """Run the program of a writer that found nobody writing or waiting, in the
         writer's own task: a group of one, without a task to start and a result to
-        hand over. Writers arriving meanwhile queue for the next group, whose leader
-        starts when this one ends. A cancelled writer sees its ``CancelledError`` once
-        the transaction has ended: the connection settles first (``lending``)."""
+        hand over. A cancelled writer sees its ``CancelledError`` once the transaction
+        has ended: the connection settles first (``lending``)."""
         running = asyncio.get_running_loop().create_future()
         self._begin(running)
+        job.started = True
         try:
-            await self._run([member], inline)
+            await self._run([job], inline)
         finally:
             running.set_result(None)
-            self._end()
-            if self._queue:
-                self._begin(asyncio.ensure_future(self._lead()))
-        return member.done.result()
+            self._ended_alone()
+        return job.done.result()
 
     async def _lead(self) -> None:
-        """Run the queued programs, up to ``MAX_GROUP`` a transaction, until none is left."""
+        """Run the queued jobs in order, programs up to ``MAX_GROUP`` a transaction,
+        until none is left."""
         try:
             while self._queue:
-                group = [self._queue.popleft() for _ in range(min(MAX_GROUP, len(self._queue)))]
+                head = self._queue[0]
+                if head.program is None:  # a turn: its holder's until it releases it
+                    self._queue.popleft()
+                    self._start(head)
+                    assert head.released is not None
+                    head.done.set_result(None)
+                    await head.released
+                    continue
+                group, self._queue = take_group(self._queue, programs_only)
+                for job in group:
+                    self._start(job)
                 self._last_size = len(group)
-                for member in group:
-                    member.started = True
                 try:
                     await self._run(group)
                 except BaseException as exc:
-                    end_all((member.done for member in group), exc)
+                    end_all((job.done for job in group), exc)
                     if not isinstance(exc, Exception):
                         raise
         finally:
             self._end()
 
-    async def _run(self, group: list[_Member[Any]], inline: bool = False) -> None:
-        first = group[0]
+    async def _run(self, group: list[Job[Any]], inline: bool = False) -> None:
         phase = Phase()
-        async with self.turn(first.action, first.conversation):
-            try:
-                async with self._connection() as conn:
-                    programs = [m.program for m in group]
-                    outcomes = await self._run_group(conn, programs, phase, inline)
-                phase.name = "done"
-            except DATABASE_ERRORS as exc:
-                name = "body" if phase.name == "commit" and not_committed(exc) else phase.name
-                for member in group:
-                    member.done.set_exception(_failure(member, exc, name))
-                return
+        programs: list[Program[Any]] = [job.program for job in group if job.program is not None]
+        try:
+            async with self.lend() as conn:
+                outcomes = await self._run_group(conn, programs, phase, inline)
+            phase.name = "done"
+        except DATABASE_ERRORS as exc:
+            name = "body" if phase.name == "commit" and not_committed(exc) else phase.name
+            for job in group:
+                job.done.set_exception(failure_of(job, exc, name))
+            return
         self._committed(group, outcomes)
-        for member, (ok, value) in zip(group, outcomes, strict=True):
+        for job, (ok, value) in zip(group, outcomes, strict=True):
             if not ok:
-                member.done.set_exception(_as_failure(member, value))
+                job.done.set_exception(as_failure(job, value))
             elif isinstance(value, Rollback):
-                member.done.set_result(value.value)
+                job.done.set_result(value.value)
             else:
-                member.done.set_result(value)
+                job.done.set_result(value)
 
     # ------------------------------------------------------------------ policies
 
-    def _committed(self, group: list[_Member[Any]], outcomes: list[tuple[bool, Any]]) -> None:
+    def _committed(self, group: list[Job[Any]], outcomes: list[tuple[bool, Any]]) -> None:
         """Tell the background work of a committed group (see the module)."""
         self.sizes.append(len(group))
         if self.indexer is not None:
-            listing, indexed = _listing(group, outcomes)
+            listed, indexed = lists_for_index(group, outcomes)
             if indexed:
                 self.indexer.caught_up()
-            if listing:
+            if listed:
                 self.indexer.listed()
         self.checkpoints.committed()
 
@@ -296,8 +365,10 @@ class SqliteWriter:
         await self._settled()
 
     async def close(self) -> None:
-        """After ``stop`` and the indexer's close: wait for what still runs."""
+        """After ``stop`` and the indexer's close: wait for what still runs, and give
+        the write connection back."""
         await self._settled()
+        await self._give_back(None, None, None)
         self.lifecycle = transition(self.lifecycle, "closed", _LIFECYCLE, "writer")
 
     async def _settled(self) -> None:
@@ -307,30 +378,16 @@ class SqliteWriter:
             await asyncio.wait(running)
 
 
-class _Turn:
-    """``SqliteWriter.turn``: a context-manager class, not an async generator (see
-    ``_storage.lending``: a store may close while its loop shuts down)."""
+class _Lent:
+    """``SqliteWriter.lend`` (a class, not an async generator: see ``_Turn``)."""
 
-    __slots__ = ("_action", "_conversation", "_gate", "_held", "_timeout")
+    __slots__ = ("_writer",)
 
-    def __init__(
-        self, gate: WriteGate, timeout: float, action: str, conversation: str | None
-    ) -> None:
-        self._gate = gate
-        self._timeout = timeout
-        self._action = action
-        self._conversation = conversation
-        self._held = False
+    def __init__(self, writer: SqliteWriter) -> None:
+        self._writer = writer
 
-    async def __aenter__(self) -> None:
-        if not await self._gate.take(self._timeout):
-            c = self._conversation
-            where = f" conversation {c!r}" if c is not None else ""
-            raise DatabaseFailure(
-                f"{self._action}{where} failed: database is locked (busy timeout: other"
-                " writers of this store held it)"
-            )
-        self._held = True
+    async def __aenter__(self) -> Any:
+        return await self._writer._open()  # noqa: SLF001 - the writer's own part
 
     async def __aexit__(
         self,
@@ -338,31 +395,54 @@ class _Turn:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._held:
-            self._held = False
-            self._gate.release()
+        writer = self._writer
+        if exc is not None or not writer._keep:  # noqa: SLF001 - the writer's own part
+            await writer._give_back(kind, exc, tb)  # noqa: SLF001
 
 
-def _listing(group: list[_Member[Any]], outcomes: list[tuple[bool, Any]]) -> tuple[bool, bool]:
-    """Whether a committed group may have listed messages for the index after its last
-    run of the indexer that indexed the whole list, and whether it had such a run."""
-    listing = indexed = False
-    for member, (ok, value) in zip(group, outcomes, strict=True):
-        if not member.indexing:
-            listing = True
-        elif ok and value is False:
-            listing, indexed = False, True
-    return listing, indexed
+class _Turn:
+    """``SqliteWriter.turn``: a context-manager class, not an async generator (see
+    ``_storage.lending``: a store may close while its loop shuts down)."""
 
+    __slots__ = ("_alone", "_job", "_writer", "action", "conversation")
 
-def _as_failure(member: _Member[Any], exc: BaseException) -> BaseException:
-    """What a program's own failure becomes for its caller: a database error is the
-    ``DatabaseFailure`` of a transaction that was rolled back; anything else (what the
-    program raised) as it is."""
-    return _failure(member, exc, "body") if isinstance(exc, DATABASE_ERRORS) else exc
+    def __init__(self, writer: SqliteWriter, action: str, conversation: str | None) -> None:
+        self._writer = writer
+        self.action = action
+        self.conversation = conversation
+        self._alone = False
+        self._job: Job[None] | None = None
 
+    async def __aenter__(self) -> None:
+        writer = self._writer
+        if writer._alone():  # noqa: SLF001 - the writer's own part
+            writer._begin(None)  # noqa: SLF001 - held at once: no task, no timer
+            self._alone = True
+            return
+        loop = asyncio.get_running_loop()
+        job: Job[None] = Job(None, self.action, self.conversation, loop.create_future())
+        job.released = loop.create_future()
+        writer._enqueue(job)  # noqa: SLF001
+        try:
+            await job.done
+        except asyncio.CancelledError:
+            if job.started and not job.released.done():
+                job.released.set_result(None)  # given the turn as it was cancelled
+            else:
+                writer._leave(job)  # noqa: SLF001
+            raise
+        self._job = job
 
-def _failure(member: _Member[Any], exc: BaseException, phase: str) -> BaseException:
-    error = failure(member.action, member.conversation, exc, phase)
-    error.__cause__ = exc
-    return error
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._alone:
+            self._alone = False
+            self._writer._ended_alone()  # noqa: SLF001
+        elif self._job is not None:
+            released, self._job = self._job.released, None
+            if released is not None and not released.done():
+                released.set_result(None)

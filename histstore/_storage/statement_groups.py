@@ -16,7 +16,7 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .completion import end_all, finish_then_cancel
 from .deadlines import WRITE_GRACE
@@ -31,13 +31,17 @@ __all__ = [
     "Send",
     "StatementGroups",
     "settle",
+    "take_group",
 ]
+
+M = TypeVar("M")
 
 IN_FLIGHT = 2
 """Statements of a kind (a lone one or a group) a store has sent and awaits at once."""
 
 MAX_GROUP = 64
-"""Members of one group statement at most (the rest wait for the next one)."""
+"""Members of one group at most, in both batching queues (``take_group``): a group
+statement on Postgres, a group commit of the SQLite writer."""
 
 Rows = Sequence[Any]
 Send = Callable[[CompiledStatement, Mapping[str, Any], str, str | None], Awaitable[Rows]]
@@ -150,17 +154,11 @@ class StatementGroups:
         return member.group is taken[0].group
 
     def _take(self) -> list[Member]:
-        """The next group: the first queued member and up to ``MAX_GROUP - 1`` behind it
-        that ``_admits``, in queue order."""
-        taken: list[Member] = []
-        kept: deque[Member] = deque()
-        for member in self._queue:
-            if not taken or (len(taken) < MAX_GROUP and self._admits(member, taken)):
-                member.started = True
-                taken.append(member)
-            else:
-                kept.append(member)
-        self._queue = kept
+        """The next group (``take_group``): the first queued member and up to
+        ``MAX_GROUP - 1`` behind it that ``_admits``, in queue order."""
+        taken, self._queue = take_group(self._queue, self._admits)
+        for member in taken:
+            member.started = True
         return taken
 
     async def _run(self, group: list[Member]) -> None:
@@ -181,6 +179,27 @@ class StatementGroups:
     async def _run_group(self, group: list[Member]) -> None:
         """Send ``group`` (two members or more) as one statement and settle each."""
         raise NotImplementedError
+
+
+def take_group(
+    queue: deque[M], admits: Callable[[M, list[M]], bool | None]
+) -> tuple[list[M], deque[M]]:
+    """The next group of ``queue`` and what stays queued, both in queue order: the
+    first member, then up to ``MAX_GROUP - 1`` behind it that ``admits(member, taken)``
+    (``True``: it joins; ``False``: it waits for a later group; ``None``: the group ends
+    before it). The one rule of both batching queues: the SQLite writer's (a turn ends
+    a group) and Postgres's statements (one statement, one batch a conversation)."""
+    taken: list[M] = []
+    kept: deque[M] = deque()
+    rest = iter(queue)
+    for member in rest:
+        verdict = True if not taken else None if len(taken) >= MAX_GROUP else admits(member, taken)
+        if verdict is None:
+            kept.append(member)
+            kept.extend(rest)
+            break
+        (taken if verdict else kept).append(member)
+    return taken, kept
 
 
 def settle(done: asyncio.Future[Rows | Again], value: Rows | Again) -> None:

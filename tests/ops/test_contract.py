@@ -226,8 +226,9 @@ async def test_a_second_event_loop_gets_an_error_and_the_store_goes_on(
 async def test_readonly_sqlite_database_says_so(tmp_path: Path, cid: str) -> None:
     async with histstore.connect(tmp_path / "ro.db") as store:
         await store.write(cid, user_msgs(1))
-        # Make the connection the next call takes refuse writes, as a read-only file does.
-        async with reach.next_connection(store) as conn:
+        # Make the connection the next write takes (the writer's) refuse writes, as a
+        # read-only file does.
+        async with reach.write_connection(store) as conn:
             await conn.execute("PRAGMA query_only = ON")
         with pytest.raises(WriteError, match="readonly") as info:
             await store.write(cid, user_msgs(1, "secret-content"))
@@ -239,8 +240,8 @@ async def test_readonly_sqlite_database_says_so(tmp_path: Path, cid: str) -> Non
 async def test_full_sqlite_database_says_so(tmp_path: Path, cid: str) -> None:
     async with histstore.connect(tmp_path / "full.db") as store:
         await store.write(cid, user_msgs(1))
-        # Cap the file at its current size on the connection the next call takes.
-        async with reach.next_connection(store) as conn:
+        # Cap the file at its current size on the connection the next write takes.
+        async with reach.write_connection(store) as conn:
             pages = (await conn.execute_fetchall("PRAGMA page_count"))[0][0]
             await conn.execute(f"PRAGMA max_page_count = {pages}")
         with pytest.raises(WriteError, match="full") as info:

@@ -33,19 +33,16 @@ async def test_diagnostics_follow_the_writer_from_open_to_closed(backend: Backen
         async with reach.holding_the_write_turn(store):
             writes = [asyncio.ensure_future(store.write(c, user_msgs(1))) for _ in range(5)]
             if file:
-                # The first waits for the turn, running alone; the others queue behind
-                # it for the next group.
-                await eventually(
-                    lambda: store.diagnostics().waiting_for_turn == 1, "a writer waiting"
-                )
+                # The transaction holds the writer; the writes queue behind it.
+                await eventually(lambda: store.diagnostics().queued == 5, "five writers queued")
                 now = store.diagnostics()
-                assert (now.writer, now.queued) == ("running", 4)
+                assert (now.writer, now.waiting_for_turn) == ("running", 0)
         await asyncio.gather(*writes)
         now = store.diagnostics()
         assert now.queued == now.waiting_for_turn == 0
         if file:
             assert now.writer == "idle"
-            assert now.group_sizes[-2:] == (1, 4)
+            assert now.group_sizes[-1:] == (5,)  # one group, once the transaction ended
             assert now.wal_pages
             assert now.checkpoints in ("idle", "armed", "running")
         else:
