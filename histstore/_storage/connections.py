@@ -13,6 +13,7 @@ from sqlalchemy.util import greenlet_spawn
 from .orphans import release_orphaned
 from .pool_options import DEFAULT_REFUSED_WAIT
 from .refusals import Backoff, pool_idle
+from .statements.kinds import is_sqlite
 
 __all__ = ["MAX_IDLE", "ConnectionCache", "release_connections", "spare"]
 
@@ -95,7 +96,17 @@ class ConnectionCache:
             if monotonic() - since <= self._max_idle:
                 return raw
             await greenlet_spawn(raw.close)
-        return await self._engine.raw_connection()
+        if not is_sqlite(self._engine.dialect):
+            return await self._engine.raw_connection()
+        # aiosqlite drops a connection its thread opened for a caller cancelled meanwhile
+        # (left to the garbage collector, open): the opening goes on whatever happens to
+        # the caller, and what a cancelled caller would have had goes back to the pool.
+        opening = asyncio.ensure_future(self._engine.raw_connection())
+        try:
+            return await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            opening.add_done_callback(_give_back)
+            raise
 
     async def put(self, raw: PoolProxiedConnection) -> None:
         """Keep a healthy connection for the next call, or give it back to the pool."""
@@ -187,3 +198,16 @@ async def release_connections(
         await cache.close()
     if dispose:
         await engine.dispose()
+
+
+_GIVING_BACK: set[asyncio.Future[None]] = set()
+"""Returns to the pool under way (held so that they are not collected half-way)."""
+
+
+def _give_back(opening: asyncio.Future[PoolProxiedConnection]) -> None:
+    """A connection opened for a caller cancelled meanwhile: back to the pool."""
+    if opening.cancelled() or opening.exception() is not None:
+        return
+    returning = asyncio.ensure_future(greenlet_spawn(opening.result().close))
+    _GIVING_BACK.add(returning)
+    returning.add_done_callback(_GIVING_BACK.discard)

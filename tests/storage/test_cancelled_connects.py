@@ -17,12 +17,6 @@ from waiting import eventually
 import histstore
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="aiosqlite.connect cancelled mid-way drops the sqlite3 connection its thread "
-    "opened; the store's connection layer must open SQLite connections shielded from "
-    "the caller's cancellation (see REPORT of helper 'waits')",
-)
 async def test_a_call_cancelled_while_its_connection_opens_leaves_none_open(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
