@@ -95,10 +95,8 @@ class History:
     async def _stream(
         self, conversation: str, start: int, stop: int | None, page: int
     ) -> AsyncIterator[Message]:
-        """Pages of ``page`` messages by position (keyset: each page starts after the
-        last one read), each one statement of its own, up to ``stop`` or the length the
-        conversation had at the start: a page shorter than asked for means the
-        conversation shrank meanwhile, and ends the iteration."""
+        """Pages of ``page`` messages by position (keyset), one statement each, up to
+        ``stop`` or the length at the start; a short page (it shrank meanwhile) ends it."""
         ctx = self._ctx
         length = await self.count(conversation)
         end = length if stop is None else min(stop, length)
@@ -110,8 +108,6 @@ class History:
             rows = await ctx.executor.fetch(
                 stmt, params, action="read", conversation=conversation, inline=page <= SHORT_READ
             )
-            if not rows:
-                return
             messages = self.messages(rows)
             del rows
             for message in messages:

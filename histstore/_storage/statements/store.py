@@ -280,9 +280,8 @@ class Statements:
         idle: ColumnElement[bool] = _conv.c.updated_at < idle_since
         if scoped:
             idle = and_(idle, _conv.c.owner == owner)
-        # Purge's batches walk the (owner,) updated_at, id index: each starts after the
-        # last conversation the one before picked, so no batch passes over the entries
-        # of those already deleted (Postgres keeps them until a vacuum).
+        # Purge's batches walk the (owner,) updated_at, id index, each after the last one
+        # picked: none passes over deleted entries (Postgres keeps them until a vacuum).
         picked = (
             select(_conv.c.id, _conv.c.updated_at)
             .order_by(_conv.c.updated_at, _conv.c.id)
