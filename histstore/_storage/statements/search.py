@@ -214,10 +214,11 @@ many messages (in at most ``SCOPE_SET_CONVERSATIONS`` conversations) starts from
 scope: on SQLite it checks each match against the set of the scope's rowids, built
 once, before reading its message row."""
 SCOPE_SET_CONVERSATIONS = 1_000
-PG_SCOPE_MESSAGES = 2_000
+PG_SCOPE_MESSAGES = 200
 """Postgres: a scoped search whose scope holds at most this many messages (in at most
 ``SCOPE_SET_CONVERSATIONS`` conversations) reads the scope's messages by key and makes
-each one's vector (some 10-40 us a message) instead of going by the GIN index."""
+each one's vector (some 10-40 us a message) instead of going by the GIN index: a
+larger scope would make more vectors than a rare word has matches in the index."""
 
 
 def _in_small_scope(rowid: ColumnElement[Any], conversation: ColumnElement[Any] | None) -> Any:
