@@ -202,6 +202,9 @@ messages = Table(
     # for what ``write`` stores). No index: reads go by position.
     Column("entry_id", BigInteger, nullable=False),
     Column("author", Text, nullable=True),
+    # On PostgreSQL ``DEFERRABLE INITIALLY IMMEDIATE`` (the migrations', revision
+    # a6d3f9c2e4b8): checked at the end of each statement, so an edit moves rows in one
+    # UPDATE (``statements.dialects.moves_in_one_update``).
     PrimaryKeyConstraint("conversation_id", "position"),
     # System messages are found without reading the history (WindowStore merges them).
     Index(

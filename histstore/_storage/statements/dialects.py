@@ -3,7 +3,8 @@
 Everything else is generic SQLAlchemy Core. Both backends support ``INSERT ... ON
 CONFLICT`` (SQLite 3.24+, Postgres 9.5+) with the same SQLAlchemy API, ``RETURNING``
 (SQLite 3.35+), and partial indexes; what remains is which ``insert`` construct to use,
-how a transaction takes the conversation's write lock, how migrations serialize, and
+how a transaction takes the conversation's write lock, how rows move positions, how
+migrations serialize, and
 which full-text engine search asks (SQLite FTS5 or a Postgres ``tsvector``), which
 vector index the semantic index may use, and how a part of a JSON text is read.
 """
@@ -84,6 +85,15 @@ def insert(dialect: Dialect, table: Table) -> Any:
     if dialect.name == "postgresql":
         return postgresql.insert(table)
     raise NotImplementedError(f"histstore does not support the {dialect.name!r} dialect")
+
+
+def moves_in_one_update(dialect: Dialect) -> bool:
+    """Whether one ``UPDATE`` may move a conversation's messages by a number of
+    positions. On PostgreSQL the messages' primary key is checked at the end of each
+    statement (``DEFERRABLE INITIALLY IMMEDIATE``, revision a6d3f9c2e4b8), so rows may
+    pass through each other's positions; SQLite checks a key row by row, so the rows
+    move through negative positions first."""
+    return dialect.name == "postgresql"
 
 
 def for_update(dialect: Dialect, stmt: Select[Any]) -> Select[Any]:

@@ -224,27 +224,31 @@ class EditStatements:
                 _msg.c.conversation_id == conv_id, _msg.c.position >= start, _msg.c.position < stop
             )
         )
-        # The rows from ``start`` on move by ``shift`` positions, two set-based UPDATEs
-        # whatever their number: first to negative positions, where none collides with a
-        # row that has yet to move (-1 - the new position), then back. Then the semantic
+        # The rows from ``start`` on move by ``shift`` positions, set-based whatever their
+        # number: in one UPDATE where the key is checked per statement
+        # (``dialects.moves_in_one_update``), else in two, first to negative positions,
+        # where none collides with a row that has yet to move (-1 - the new position),
+        # then back (each UPDATE makes a new version of every row moved). Then the semantic
         # vectors from ``start`` on go (a vector belongs to a position; the embedder
         # makes them again): after the moves, so a vector stored while they waited for
         # its message's row goes too (no foreign key refuses the move, f7c2a9d3e8b4).
         # The full-text index follows by itself: FTS5 rows are keyed by rowid, which an
-        # UPDATE keeps; Postgres's vectors by entry id, which a move keeps.
+        # UPDATE keeps; PostgreSQL's GIN index takes each new row version's entries.
         v, k = s.vectors, s.vector_marks
         shift = bindparam("shift", type_=big)
-        self.move_tail = [
-            compile_(
-                update(_msg)
-                .where(_msg.c.conversation_id == conv_id, _msg.c.position >= start)
-                .values(position=-1 - (_msg.c.position + shift))
-            ),
-            compile_(
+        tail = (_msg.c.conversation_id == conv_id, _msg.c.position >= start)
+        moves = (
+            [update(_msg).where(*tail).values(position=_msg.c.position + shift)]
+            if _dialects.moves_in_one_update(dialect)
+            else [
+                update(_msg).where(*tail).values(position=-1 - (_msg.c.position + shift)),
                 update(_msg)
                 .where(_msg.c.conversation_id == conv_id, _msg.c.position < 0)
-                .values(position=-1 - _msg.c.position)
-            ),
+                .values(position=-1 - _msg.c.position),
+            ]
+        )
+        self.move_tail = [
+            *(compile_(move) for move in moves),
             compile_(delete(v).where(v.c.conversation_id == conv_id, v.c.position >= start)),
             # The semantic index's marks fall below the first moved position, as a
             # delete's trigger lowers them (schema.vector_marks).
