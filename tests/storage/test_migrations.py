@@ -332,7 +332,7 @@ async def test_pending_list_upgrade_and_downgrade_keep_every_message_found(
         )
     if sqlite:
         async with engine.connect() as conn:
-            listed = text("SELECT count(*) FROM histstore_messages_fts_listed")
+            listed = text("SELECT count(*) FROM histstore_messages_fts_queued")
             assert (await conn.execute(listed)).scalar() == 1
         assert await fts_rowids("narwhal") == []
     await alembic(engine, "downgrade", "a9c3e5f7b1d2")
