@@ -34,7 +34,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
 from alembic import op
+
+from histstore._storage.revisions import placed_schema
 
 revision: str = "e5c3a9d7f2b4"
 down_revision: str | None = "5b7e2d4a9c13"
@@ -141,5 +144,13 @@ def downgrade() -> None:
         "UPDATE histstore_messages"  # noqa: S608 - names, no input
         f" SET search_text = {_new_text('histstore_messages')} WHERE {_GAINS}"
     )
-    op.execute(f"ALTER TABLE {_LIST} RENAME TO {_OLD_LIST}")
+    if _has_table(_LIST):
+        op.execute(f"ALTER TABLE {_LIST} RENAME TO {_OLD_LIST}")
     _view_and_triggers(_old_text("{m}"), _OLD_LIST)
+
+
+def _has_table(name: str) -> bool:
+    """Whether the database has the table ``name`` (offline: it has)."""
+    if op.get_context().as_sql:
+        return True
+    return name in sa.inspect(op.get_bind()).get_table_names(schema=placed_schema())
