@@ -70,7 +70,7 @@ _UPSERT = (
     " RETURNING length, revision, next_entry"
 )
 _LIST = (
-    "INSERT OR IGNORE INTO histstore_messages_fts_listed (message_rowid)"
+    "INSERT OR IGNORE INTO histstore_messages_fts_queued (message_rowid)"
     " SELECT rowid FROM histstore_messages"
     " WHERE rowid > (SELECT last_insert_rowid() - ?)"
 )
@@ -80,7 +80,7 @@ _LIST = (
 _TRIGGERS = (
     "CREATE TRIGGER histstore_messages_fts_insert AFTER INSERT ON histstore_messages"
     " BEGIN INSERT OR IGNORE INTO"
-    " histstore_messages_fts_listed(message_rowid) VALUES (new.rowid); END",
+    " histstore_messages_fts_queued(message_rowid) VALUES (new.rowid); END",
     "CREATE TRIGGER histstore_guard_entry_id BEFORE INSERT ON histstore_messages"
     " WHEN NEW.entry_id IS NULL OR NEW.entry_id < 1 BEGIN SELECT RAISE(ABORT, 'older'); END",
 )

@@ -107,7 +107,7 @@ async def raw_sqlite(path: Path, rows: list[Row], batch: int) -> None:
             )
             # Listed for the full-text index, as histstore's writes list what they add.
             await db.execute(
-                "INSERT OR IGNORE INTO histstore_messages_fts_listed (message_rowid)"
+                "INSERT OR IGNORE INTO histstore_messages_fts_queued (message_rowid)"
                 " SELECT rowid FROM histstore_messages WHERE rowid > ?",
                 (last or 0,),
             )

@@ -107,7 +107,7 @@ UPSERT_SQL = (
 # SQLite: the messages a write added, listed for the full-text index (as histstore's
 # writes do since a2f6c8e4d0b3; no trigger lists them).
 LIST_SQL = (
-    "INSERT OR IGNORE INTO histstore_messages_fts_listed (message_rowid) SELECT rowid"
+    "INSERT OR IGNORE INTO histstore_messages_fts_queued (message_rowid) SELECT rowid"
     " FROM histstore_messages WHERE conversation_id = ?1 AND position >= ?2"
 )
 INSERT_MESSAGE_SQL = (

@@ -220,19 +220,17 @@ async def writing_as_before_listing(engine: AsyncEngine) -> AsyncIterator[None]:
     from sqlalchemy import text
 
     from histstore._core.search_text import indexed_text
-    from histstore._ops import text_search
     from histstore._storage import rows
     from histstore._storage.statements.search import ListedInserts
-    from histstore._transfer import importing
 
     def unlisted(self: ListedInserts, steps: Any, count: int | None = None) -> Any:
         yield from steps
 
-    def every_text(message: Any) -> str | None:
+    def every_text(message: Any, written: str = "") -> str | None:
         return rows.searchable(indexed_text(message))
 
-    stored = rows.stored_search_text
-    users = (rows, importing, text_search)
+    rules = ("sqlite_stored_text", "pg_stored_text")
+    stored = {name: getattr(rows, name) for name in rules}
 
     async def column(change: str, table: str = "histstore_conversations") -> None:
         async with engine.begin() as conn:
@@ -242,13 +240,13 @@ async def writing_as_before_listing(engine: AsyncEngine) -> AsyncIterator[None]:
     await column("ADD COLUMN touched_from BIGINT NOT NULL DEFAULT 0", "histstore_changes")
     listed = ListedInserts.__call__
     ListedInserts.__call__ = unlisted  # type: ignore[method-assign]
-    for module in users:
-        module.stored_search_text = every_text  # type: ignore[attr-defined]
+    for name in rules:
+        setattr(rows, name, every_text)
     try:
         yield
     finally:
         ListedInserts.__call__ = listed  # type: ignore[method-assign]
-        for module in users:
-            module.stored_search_text = stored  # type: ignore[attr-defined]
+        for name, rule in stored.items():
+            setattr(rows, name, rule)
         await column("DROP COLUMN listed_changes")
         await column("DROP COLUMN touched_from", "histstore_changes")

@@ -37,7 +37,7 @@ def validate_id(s: object, *, what: str = "conversation id") -> str:
 
 def _draw_prefix() -> None:
     global _prefix, _counter
-    _prefix = secrets.token_hex(16)
+    _prefix = secrets.token_urlsafe(16)  # 22 characters: 10 fewer than hex, per write row
     _counter = itertools.count()
 
 
@@ -50,7 +50,8 @@ if hasattr(os, "register_at_fork"):  # not on Windows, where nothing forks
 
 def new_key() -> str:
     """An idempotency key no other batch has, in any process: 128 random bits drawn once
-    per process (and again in a forked child) followed by a counter.
+    per process (and again in a forked child, as 22 characters of URL-safe base64)
+    followed by a counter (hexadecimal).
 
     A random UUID per write costs 2 us and a system call that gives the GIL up, to the
     connections' threads, in the middle of the event loop's work on a write.

@@ -47,7 +47,7 @@ def _entry_row(
     m = entry.message
     count = ctx.settings.count_tokens
     # A message read back stays undecoded (``peek_data``): a revert may put back many.
-    role, data, search_text = _rows.message_columns(m, peek_data(m))
+    role, data, search_text = _rows.message_columns(m, ctx.sql.text, peek_data(m))
     return _rows.message_row(
         conversation,
         position,

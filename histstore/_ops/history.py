@@ -242,7 +242,7 @@ class History:
         assert sql.append_one is not None
         n = len(batch.messages)
         now = _rows.now()
-        roles, datas, texts = _rows.batch_columns(batch)
+        roles, datas, texts = _rows.batch_columns(batch, sql.text)
         params = ctx.params(
             conversation,
             n=n,
@@ -367,8 +367,10 @@ class History:
         now: datetime,
         first_entry: int,
     ) -> Generator[Step, Any, None]:
-        values = _rows.batch_values(batch, conversation, first, now, skip, first_entry=first_entry)
         sql = self._ctx.sql
+        values = _rows.batch_values(
+            batch, conversation, first, now, skip, first_entry=first_entry, rule=sql.text
+        )
         if values.rows:
             step = (EXECUTE_MANY, sql.insert_messages, values)
             yield from sql.listed([step], len(values.rows))

@@ -113,7 +113,7 @@ def replace_conversation(ctx: Context, saved: Saved) -> Program[bool]:
                 "next_entry": first_entry + n,
             },
         )
-    values = _rows.batch_values(saved.batch, cid, 0, now, first_entry=first_entry)
+    values = _rows.batch_values(saved.batch, cid, 0, now, first_entry=first_entry, rule=sql.text)
     if values.rows:
         step = (EXECUTE_MANY, sql.insert_messages, values)
         yield from sql.listed([step], len(values.rows))

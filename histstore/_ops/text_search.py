@@ -11,7 +11,7 @@ from .._core.ids import validate_id
 from .._core.models import as_message, message_data, stored_message
 from .._core.search_text import Hit, parse_query
 from .._storage.drivers import EXECUTE, EXECUTE_MANY, FETCH, CompiledStatement, Program
-from .._storage.rows import message_columns
+from .._storage.rows import TextRule, message_columns
 from .._storage.statements import search as _search
 from ..envelopes import ROLES
 from .context import Context
@@ -116,7 +116,7 @@ class TextSearch:
             rows = yield FETCH, sql.reindex_page, params
             updates = []
             for cid, position, role, data, stored in rows:
-                new_data, new_role, text = as_written(data)
+                new_data, new_role, text = as_written(data, sql.text)
                 # A role column an older histstore filled for every role means what
                 # NULL means now (``_core.rules.role_key``): not a change.
                 if (new_data, new_role, text) != (data, _rules.role_key(role), stored):
@@ -139,7 +139,7 @@ class TextSearch:
         return changed
 
 
-def as_written(data: str) -> tuple[str, str | None, str | None]:
+def as_written(data: str, rule: TextRule) -> tuple[str, str | None, str | None]:
     """A stored message's JSON, ``role`` column and search text as a write stores them
     now: an adapter envelope stored without its ``role`` (by an adapter older than
     revision f3b8d6a2c915, or before ``histstore migrate --sql`` output that could not
@@ -152,5 +152,5 @@ def as_written(data: str) -> tuple[str, str | None, str | None]:
         role = ROLES[kind](inner)
         if role is not None:
             message = as_message({"role": role, **message_data(message)})
-    role, written, text = message_columns(message)
+    role, written, text = message_columns(message, rule)
     return written, role, text

@@ -10,7 +10,7 @@ builders check nothing: what they are given was validated before (``_core.rules`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -21,6 +21,7 @@ from .._core.search_text import indexed_text
 from .._editable.change_log import encode
 from .._editable.changes import Change
 from .._editable.entries import TurnRecord
+from .computed_text import sqlite_text
 from .drivers import ValueRows
 from .schema import messages
 
@@ -28,6 +29,7 @@ __all__ = [
     "CLAIMED",
     "MESSAGE_COLUMNS",
     "SEARCH_TEXT_BYTES",
+    "TextRule",
     "batch_columns",
     "batch_values",
     "change_row",
@@ -36,11 +38,17 @@ __all__ = [
     "now",
     "record_row",
     "searchable",
+    "sqlite_stored_text",
     "stored_search_text",
+    "text_rule",
     "turn_row",
 ]
 
 Row = dict[str, Any]
+
+TextRule = Callable[[Mapping[str, Any], str], str | None]
+"""What a database's ``search_text`` holds for a message: ``rule(d, written)`` of its
+JSON object ``d`` and its JSON text ``written`` (``text_rule``)."""
 
 CLAIMED = "claimed"
 """The digest of a writes row that holds a key and stores no batch (a batch's digest is
@@ -131,18 +139,58 @@ order of the values of ``batch_values``."""
 
 
 def message_columns(
-    message: Message, data: Mapping[str, Any] | None = None
+    message: Message, rule: TextRule, data: Mapping[str, Any] | None = None
 ) -> tuple[str | None, str, str | None]:
-    """The ``role``, ``data`` and ``search_text`` columns of ``message``, from ``data``,
-    its JSON object, when the caller has it (else read once and kept on the message)."""
+    """The ``role``, ``data`` and ``search_text`` columns of ``message`` (the last by
+    ``rule``, the database's ``text_rule``), from ``data``, its JSON object, when the
+    caller has it (else read once and kept on the message)."""
     d = message_data(message) if data is None else data
     written = message.to_json()
+    return role_key(role_in(d)), written, rule(d, written)
+
+
+def pg_stored_text(d: Mapping[str, Any], written: str) -> str | None:
+    """PostgreSQL's ``TextRule``: ``stored_search_text``, and the text stored for a
+    string content whose JSON holds ``NUL_ESCAPE`` (its index cannot read it)."""
     text = stored_search_text(d)
     if text is None and NUL_ESCAPE in written:
         content = d.get("content")
         if type(content) is str and content:
             text = searchable(indexed_text(d)) or ""
-    return role_key(role_in(d)), written, text
+    return text
+
+
+def sqlite_stored_text(d: Mapping[str, Any], written: str = "") -> str | None:
+    """SQLite's ``TextRule`` (revision e5c3a9d7f2b4 on): ``NULL`` where the text SQLite
+    computes from the JSON (``computed_text.sqlite_text``) is the message's
+    ``indexed_text`` cut by ``searchable``, else that text (``''`` for none)."""
+    content = d.get("content")
+    if (
+        type(content) is str  # the commonest shape: its text is the content
+        and len(d) == 2
+        and "role" in d
+        and "\x00" not in content
+        and len(content) * 4 <= SEARCH_TEXT_BYTES
+    ):
+        return None
+    text = searchable(indexed_text(d))
+    return None if sqlite_text(d) == text else (text or "")
+
+
+def text_rule(dialect: str) -> TextRule:
+    """The rule of what ``search_text`` stores on the database ``dialect`` (its name):
+    the one place where they differ. SQLite's index reads the text of the common shapes
+    from the JSON (``sqlite_stored_text``); PostgreSQL's a string content only
+    (``pg_stored_text``; its index expression is revision 5b7e2d4a9c13's)."""
+    return _sqlite_rule if dialect == "sqlite" else _pg_rule
+
+
+def _sqlite_rule(d: Mapping[str, Any], written: str) -> str | None:
+    return sqlite_stored_text(d, written)  # read when called: a test may stand in for it
+
+
+def _pg_rule(d: Mapping[str, Any], written: str) -> str | None:
+    return pg_stored_text(d, written)
 
 
 NUL_ESCAPE = "\\u0000"
@@ -153,14 +201,15 @@ so ``message_columns`` stores the text in ``search_text`` for it."""
 
 
 def batch_columns(
-    batch: Batch, skip: int = 0
+    batch: Batch, rule: TextRule, skip: int = 0
 ) -> tuple[list[str | None], list[str], list[str | None]]:
-    """The ``role``, ``data`` and ``search_text`` columns of ``batch.messages[skip:]``."""
+    """The ``role``, ``data`` and ``search_text`` columns of ``batch.messages[skip:]``
+    (the last by ``rule``)."""
     roles: list[str | None] = []
     datas: list[str] = []
     texts: list[str | None] = []
     for m in batch.messages[skip:]:
-        role, data, text = message_columns(m)
+        role, data, text = message_columns(m, rule)
         roles.append(role)
         datas.append(data)
         texts.append(text)
@@ -175,14 +224,16 @@ def batch_values(
     skip: int = 0,
     *,
     first_entry: int,
+    rule: TextRule,
 ) -> ValueRows:
     """Message rows for ``batch.messages[skip:]``, placed from position ``first`` on, as
-    new entries (no author) with the ids from ``first_entry`` on; a message without a
+    new entries (no author) with the ids from ``first_entry`` on, their text by
+    ``rule``; a message without a
     time of its own (``batch.times``) is made ``at``. As lists of values in
     ``MESSAGE_COLUMNS`` order, the form ``insert_messages`` takes many rows in at the
     least cost."""
     times, tokens = batch.times, batch.tokens
-    roles, datas, texts = batch_columns(batch, skip)
+    roles, datas, texts = batch_columns(batch, rule, skip)
     return ValueRows(
         MESSAGE_COLUMNS,
         [

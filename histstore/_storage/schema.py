@@ -75,9 +75,10 @@ VERSION_TABLE = "histstore_alembic_version"
 FTS_TABLE = "histstore_messages_fts"
 """SQLite's full-text index of ``messages.search_text`` (an FTS5 table; its shadow
 tables are named after it)."""
-FTS_LISTED = "histstore_messages_fts_listed"
+FTS_LISTED = "histstore_messages_fts_queued"
 """SQLite's pending list of the full-text index (``_storage.search_index``): renamed by
-revision c8d2f4a6e1b9 from ``..._pending``, so that no older process indexes it."""
+revisions c8d2f4a6e1b9 (from ``..._pending``) and e5c3a9d7f2b4 (from ``..._listed``),
+so that no older process indexes it."""
 UNLISTED_FTS = "histstore_unlisted_fts"
 """A read-only SQLite store's per-search FTS5 table (in the connection's temporary
 database) of the messages on the full-text index's pending list (``_storage.search_index``)."""

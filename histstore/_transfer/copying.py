@@ -30,10 +30,10 @@ from typing import Any, TypeVar
 from .._core import codec as _codec
 from .._core import rules as _rules
 from .._core.ids import validate_id
-from .._core.models import Summary, stored_message
+from .._core.models import Summary, message_data, stored_message
 from .._editable.entries import check_author
 from .._errors import HistStoreError, InvalidMessage
-from .._storage.rows import now
+from .._storage.rows import TextRule, now
 from .._store import Store
 from .editable import Edits
 from .format import DEFAULT_BATCH, Progress, TransferStats
@@ -80,13 +80,16 @@ async def copy_store(
             stats.skipped += 1
 
     limit = target.internals.settings.max_message_bytes
+    # A NULL ``search_text`` means the text the source's database computes from the
+    # JSON: where the target's computes another (``rows.text_rule``), it is made anew.
+    same = source.internals.sql.text is target.internals.sql.text
     async with (
         Writer(target.internals, batch=batch, action="copy", done=done) as writer,
         aclosing(reader.pages()) as pages,
     ):
         async for page in pages:
             for conv in page.convs:
-                await _copy_conversation(page, conv, writer, limit, stats, progress)
+                await _copy_conversation(page, conv, writer, limit, same, stats, progress)
             if progress is not None:
                 progress(stats)
     await copy_threads(
@@ -105,6 +108,7 @@ async def _copy_conversation(
     conv: StoredConversation,
     writer: Writer,
     limit: int,
+    same: bool,
     stats: TransferStats,
     progress: Progress | None,
 ) -> None:
@@ -115,7 +119,8 @@ async def _copy_conversation(
     writer.begin(incoming)
     expected = 0
     async for rows in page.messages(conv):
-        checked = _named(cid, _messages, cid, rows, expected, limit, edits)
+        rule = None if same else writer.text
+        checked = _named(cid, _messages, cid, rows, expected, limit, edits, rule)
         expected += len(rows)
         await writer.messages(checked)
         stats.messages += len(rows)
@@ -186,14 +191,20 @@ def _incoming(conv: StoredConversation) -> Incoming:
 
 
 def _messages(
-    cid: str, rows: Sequence[Sequence[Any]], first: int, limit: int, edits: Edits
+    cid: str,
+    rows: Sequence[Sequence[Any]],
+    first: int,
+    limit: int,
+    edits: Edits,
+    rule: TextRule | None = None,
 ) -> MessageRows:
     """Message rows as import makes them, by the same rules.
 
     The JSON text was checked by the source store when it was written; what the
     destination decides anew is its size limit, the token counts, the times, the
     role column (``_core.rules.role_key``: ``'system'`` or NULL), the entry ids
-    and the authors.
+    and the authors; with ``rule`` (the target's, where its database computes
+    another text than the source's), a NULL ``search_text``.
     """
     roles: list[str | None] = []
     datas: list[str] = []
@@ -227,6 +238,8 @@ def _messages(
             seen = created
             stamp = checked if created is None else _rules.time(created, "message time")
         times.append(stamp)
+        if search is None and rule is not None:
+            search = rule(message_data(stored_message(text, None, None)), text)
         texts.append(search)  # the source's ``indexed_text``, made by the same function
         ids.append(check_id(entry_id))
         authors.append(None if author is None else check_author(author))

@@ -304,7 +304,7 @@ class _Messages:
             ids = [r["entry_id"] for r in records]
             authors = [r.get("author") for r in records]
             self.edits.take_ids(ids)
-        roles, datas, texts = batch_columns(checked)
+        roles, datas, texts = batch_columns(checked, self.writer.text)
         await self.writer.messages(
             MessageRows(
                 first,

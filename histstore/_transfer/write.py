@@ -82,6 +82,8 @@ class Writer:
         self._current: _Current | None = None
         self._inflight: asyncio.Future[None] | None = None
         self._failed = False
+        self.text = ctx.sql.text
+        """What the store's ``search_text`` holds for a message (``rows.text_rule``)."""
 
     async def __aenter__(self) -> Writer:
         return self

@@ -20,7 +20,7 @@ SQLite: nothing (it checks a key row by row whatever the declaration; the store 
 the two-step move there).
 
 Revision ID: a6d3f9c2e4b8
-Revises: 5b7e2d4a9c13
+Revises: e5c3a9d7f2b4
 Create Date: 2026-12-07 18:05:00.000000
 
 """
@@ -34,7 +34,7 @@ from alembic import op
 from histstore._storage.revisions import schema_prefix
 
 revision: str = "a6d3f9c2e4b8"
-down_revision: str | None = "5b7e2d4a9c13"
+down_revision: str | None = "e5c3a9d7f2b4"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

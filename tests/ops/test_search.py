@@ -617,7 +617,11 @@ async def test_reindex_indexes_adapter_envelopes_stored_without_roles(
     await store.write(cid, stored)
     async with store.engine.begin() as conn:
         await conn.execute(update(_schema.messages).values(search_text=None))
-    assert await store.search("marmot", conversation=cid) == []
+    assert await store.search("badger", conversation=cid) == []
+    # SQLite computes an ADK event's text from its JSON (revision e5c3a9d7f2b4).
+    sqlite_computes = store.engine.dialect.name == "sqlite"
+    found = [h.position for h in await store.search("marmot", conversation=cid)]
+    assert found == ([0] if sqlite_computes else [])
     assert await histstore.admin.reindex(store) == 2
     assert [h.position for h in await store.search("marmot", conversation=cid)] == [0]
     assert [h.position for h in await store.search("badger", conversation=cid)] == [1]
@@ -728,7 +732,7 @@ async def test_every_path_lists_exactly_the_messages_it_stored(store: Store) -> 
                 " VALUES ('integrity-check', 1)"
             )
         )
-        listed = await conn.execute(text("SELECT count(*) FROM histstore_messages_fts_listed"))
+        listed = await conn.execute(text("SELECT count(*) FROM histstore_messages_fts_queued"))
         assert listed.scalar_one() == 0  # the search indexed the whole list
         matched = await conn.execute(
             text(

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 import histstore
 
-BEFORE = "5b7e2d4a9c13"
+BEFORE = "e5c3a9d7f2b4"
 KEY_DEFERRABLE = "SELECT condeferrable FROM pg_constraint WHERE conname = 'pk_histstore_messages'"
 
 

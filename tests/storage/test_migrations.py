@@ -332,7 +332,7 @@ async def test_pending_list_upgrade_and_downgrade_keep_every_message_found(
         )
     if sqlite:
         async with engine.connect() as conn:
-            listed = text("SELECT count(*) FROM histstore_messages_fts_listed")
+            listed = text("SELECT count(*) FROM histstore_messages_fts_queued")
             assert (await conn.execute(listed)).scalar() == 1
         assert await fts_rowids("narwhal") == []
     await alembic(engine, "downgrade", "a9c3e5f7b1d2")
@@ -1098,3 +1098,100 @@ async def test_expression_index_upgrade_and_downgrade_keep_every_message_found(
     await alembic(engine, "upgrade", "head")
     for word, where in expected.items():
         assert await found(word) == where, word
+
+
+async def test_sqlite_computed_text_upgrade_and_downgrade_keep_the_index_whole(
+    engine: AsyncEngine, empty_url: str
+) -> None:
+    """Revision e5c3a9d7f2b4 over stored messages (SQLite; nothing changes on
+    PostgreSQL): the text stored before stays and is found, a row SQL would now find a
+    text for but that had none keeps none (``''``); new writes of the common shapes store
+    no copy and are found; deleting old and new rows keeps FTS5 consistent; a downgrade
+    stores the computed texts, and everything is found again."""
+    sqlite = engine.dialect.name == "sqlite"
+    now = datetime.now(timezone.utc)
+    block = {"role": "assistant", "content": [{"type": "output_text", "text": "auk"}]}
+    stored: list[tuple[dict[str, Any], str | None]] = [  # as 5b7e2d4a9c13 stored them
+        ({"role": "user", "content": "puffin"}, None),
+        (block, "auk"),
+        ({"role": "user", "content": [{"type": "text", "text": "skua"}]}, None),  # no text
+        ({"type": "function_call_output", "call_id": "c", "output": "tern"}, "tern"),
+    ]
+
+    async def texts(cid: str) -> list[str | None]:
+        return await first_column(
+            engine,
+            "SELECT search_text FROM histstore_messages"
+            f" WHERE conversation_id = '{cid}' ORDER BY position",
+        )
+
+    async def found(word: str) -> list[tuple[str, int]]:
+        async with histstore.connect(empty_url) as store:
+            return sorted((h.conversation, h.position) for h in await store.search(word))
+
+    async def consistent() -> None:
+        if sqlite:
+            async with engine.begin() as conn:
+                await conn.execute(
+                    text(
+                        "INSERT INTO histstore_messages_fts(histstore_messages_fts, rank)"
+                        " VALUES ('integrity-check', 1)"
+                    )
+                )
+
+    await alembic(engine, "upgrade", "5b7e2d4a9c13")
+    async with engine.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO histstore_conversations (id, length, created_at, updated_at,"
+                " revision, next_entry, listed_changes) VALUES ('old', 4, :t, :t, 1, 5, 1)"
+            ).bindparams(bindparam("t", type_=_schema.UTCDateTime)),
+            {"t": now},
+        )
+        for p, (data, search) in enumerate(stored):
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_messages (conversation_id, position, data,"
+                    " created_at, search_text, entry_id) VALUES ('old', :p, :d, :t, :s, :e)"
+                ).bindparams(bindparam("t", type_=_schema.UTCDateTime)),
+                {"p": p, "d": json.dumps(data), "t": now, "s": search, "e": p + 1},
+            )
+        if sqlite:  # indexed by that revision, through its view
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_messages_fts(rowid, search_text)"
+                    " SELECT message_rowid, search_text FROM histstore_messages_fts_content"
+                    " WHERE search_text IS NOT NULL"
+                )
+            )
+    await alembic(engine, "upgrade", "head")
+    await alembic(engine, "check")
+    await consistent()
+    assert await texts("old") == [None, "auk", "" if sqlite else None, "tern"]
+    assert await found("skua") == []
+    async with histstore.connect(empty_url) as store:
+        await store.write("new", [m for m, _ in stored])
+    assert await texts("new") == ([None] * 4 if sqlite else [None, "auk", "skua", "tern"])
+    for word, p in (("puffin", 0), ("auk", 1), ("tern", 3)):
+        assert await found(word) == [("new", p), ("old", p)]
+    assert await found("skua") == [("new", 2)]
+    await consistent()
+    async with histstore.connect(empty_url) as store:  # deletes old and new rows
+        await store.pop("old")
+        await store.pop("old")
+        await store.pop("new")
+    await consistent()
+    assert await found("tern") == []
+    assert await found("auk") == [("new", 1), ("old", 1)]
+
+    await alembic(engine, "downgrade", "5b7e2d4a9c13")
+    await consistent()
+    if sqlite:  # that revision's index finds them by the text stored now
+        assert await texts("new") == [None, "auk", "skua"]
+        matched = "SELECT rowid FROM histstore_messages_fts WHERE histstore_messages_fts MATCH"
+        assert len(await first_column(engine, f"{matched} 'auk'")) == 2
+        assert len(await first_column(engine, f"{matched} 'skua'")) == 1
+    await alembic(engine, "upgrade", "head")
+    await consistent()
+    assert await found("auk") == [("new", 1), ("old", 1)]
+    assert await found("puffin") == [("new", 0), ("old", 0)]

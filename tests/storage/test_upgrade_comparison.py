@@ -8,8 +8,9 @@ role, else the type; compared as the index of system messages reads it), the JSO
 from b7d4e2a91c30 on the search text, by the rule of its time. Those rules are the
 revisions' own copies (b7d4e2a91c30 until f3b8d6a2c915, f3b8d6a2c915 until
 c8d2f4a6e1b9), which are what the writes of those times computed; from c8d2f4a6e1b9
-on, today's rule. Rows are inserted with SQL, listed for the full-text
-index as that revision's writes listed them.
+on, ``rows.stored_search_text`` (PostgreSQL's rule today; SQLite's differs from
+e5c3a9d7f2b4 on, and rows are compared by the text they are searched by). Rows are
+inserted with SQL, listed for the full-text index as that revision's writes listed them.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from histstore._core import rules as _rules
 from histstore._storage import migrations as _migrations
 from histstore._storage import rows as _rows
 from histstore._storage import schema as _schema
+from histstore._storage.statements.search import message_text
 
 REVISIONS = _migrations.revisions()
 SEARCH = REVISIONS.index("b7d4e2a91c30")  # search_text from here on
@@ -129,7 +131,7 @@ def _stored_at(at: int) -> Callable[[dict[str, Any]], tuple[str, str, str | None
         if at < TEXT_ONCE:
             f3b8 = _revision_module("f3b8d6a2c915")
             return role, data, f3b8._searchable(f3b8._indexed_text(d))
-        return role, data, _rows.stored_search_text(d)
+        return role, data, _rows.stored_search_text(d)  # c8d2f4a6e1b9's (PostgreSQL's today)
 
     return columns
 
@@ -176,26 +178,20 @@ def _seed(conn: Connection, at: int, cid: str, messages: list[dict[str, Any]] = 
         )
 
 
-def _text(search_text: str | None, data: str) -> str | None:
-    """The text a row is searched by (``statements.search.message_text``): its
-    ``search_text``, else its string content; ``''`` is no text."""
-    if search_text is None:
-        content = json.loads(data).get("content")
-        search_text = content if isinstance(content, str) else None
-    return search_text or None
-
-
 async def _rows_of(engine: AsyncEngine, cid: str) -> list[tuple[str, str, str | None]]:
+    """Each row's role key, JSON and the text it is searched by
+    (``statements.search.message_text``: ``search_text``, else what the database
+    computes from the JSON)."""
     m = _schema.messages
     async with engine.connect() as conn:
         found = await conn.execute(
-            select(m.c.role, m.c.data, m.c.search_text)
+            select(m.c.role, m.c.data, message_text(conn.dialect, m))
             .where(m.c.conversation_id == cid)
             .order_by(m.c.position)
         )
         # The role column serves the index of system messages alone: a role an older
         # histstore stored for any other message means what NULL means now.
-        return [(_rules.role_key(role), data, _text(t, data)) for role, data, t in found]
+        return [(_rules.role_key(role), data, t) for role, data, t in found]
 
 
 @pytest.mark.parametrize("start", REVISIONS[:-1])

@@ -200,6 +200,32 @@ async def test_copy_refuses_a_source_conversation_naming_it(
         assert await store.conversations() == [first]
 
 
+async def test_copy_between_databases_keeps_every_message_found(
+    store: histstore.Store, tmp_path: Path
+) -> None:
+    """A NULL ``search_text`` stands for the text the source's database computes from
+    the JSON (SQLite: block content, tool results, ADK events; revision e5c3a9d7f2b4):
+    the target stores what its own rule needs, so a copy to any backend and back finds
+    every message by the same words."""
+    shapes = [
+        {"role": "user", "content": "auk"},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "puffin"}]},
+        {"role": "tool", "type": "function_call_output", "call_id": "c", "output": "tern"},
+        {"role": "user", "type": "adk_event",
+         "event": {"content": {"role": "user", "parts": [{"text": "skua"}]}}},
+    ]  # fmt: skip
+    words = ("auk", "puffin", "tern", "skua")
+    async with histstore.connect(tmp_path / "source.db") as source:
+        await source.write("c", shapes)
+        await copy_store(source, store)
+        for p, word in enumerate(words):
+            assert [h.position for h in await store.search(word)] == [p]
+        async with histstore.connect(tmp_path / "back.db") as back:
+            await copy_store(store, back)
+            for p, word in enumerate(words):
+                assert [h.position for h in await back.search(word)] == [p]
+
+
 # ---------------------------------------------------------------------------- 4. bad files
 
 

@@ -41,7 +41,9 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 
 from .. import schema as s
+from ..computed_text import sqlite_text_sql
 from ..drivers import EXECUTE, FETCH, Step
+from ..rows import TextRule, text_rule
 
 __all__ = [
     "PG_CONFIG",
@@ -59,11 +61,14 @@ __all__ = [
 
 def message_text(dialect: Dialect, m: Any) -> ColumnElement[Any]:
     """The text search finds the message row ``m`` (the messages table or an alias) by,
-    ``NULL`` when it has none: its ``search_text``, or where that is ``NULL`` its
-    ``content`` when that is a JSON string (``rows.stored_search_text``, revision
-    c8d2f4a6e1b9); a stored ``''`` is no text. Every index and search reads the text
-    through this expression (SQLite's FTS5 table through a view of it; Postgres's index
-    is made on it, so it names its key as a constant, never a parameter)."""
+    ``NULL`` when it has none: its ``search_text``, or where that is ``NULL`` the text
+    the database computes from its JSON (a stored ``''`` is no text). SQLite computes
+    the text of the common shapes (``computed_text.sqlite_text_sql``, revision
+    e5c3a9d7f2b4); Postgres the ``content`` when that is a JSON string (revision
+    c8d2f4a6e1b9). A write stores ``search_text`` by the database's ``rows.text_rule``
+    so that this is the message's ``indexed_text``. Every index and search reads the
+    text through this expression (SQLite's FTS5 table through a view of it; Postgres's
+    index is made on it, so it names its key as a constant, never a parameter)."""
     if dialect.name == "postgresql":
         # PostgreSQL's JSON functions refuse a document holding ``\u0000`` anywhere;
         # such a row keeps its text in ``search_text`` (``rows.NUL_ESCAPE``), and the
@@ -74,13 +79,7 @@ def message_text(dialect: Dialect, m: Any) -> ColumnElement[Any]:
             (func.json_typeof(doc) == literal_column("'string'"), doc.astext),
         )
     else:
-        path: ColumnElement[str] = literal_column("'$.content'")
-        content = case(
-            (
-                func.json_type(m.c.data, path) == literal_column("'text'"),
-                func.json_extract(m.c.data, path),
-            )
-        )
+        content = literal_column(f"({sqlite_text_sql(m.name)})")
     return func.nullif(func.coalesce(m.c.search_text, content), literal_column("''"))
 
 
@@ -366,6 +365,8 @@ class SearchStatements:
         self, compile_: Callable[[Any], Any], dialect: Dialect, scoped: bool, owner: Any
     ) -> None:
         _msg, _conv = s.messages, s.conversations
+        self.text: TextRule = text_rule(dialect.name)
+        """What a write stores in ``search_text`` on this database."""
         # Keyed by whether the search names a conversation.
         self.search = {by: compile_(search(dialect, scoped, by)) for by in (False, True)}
         # The same over a read-only store's index of the pending list (SQLite).

@@ -445,6 +445,6 @@ class Statements:
 
         # ---------------------------------------------------------------- search
         found = _search.SearchStatements(compile_, dialect, scoped, owner)
-        self.search, self.search_unlisted = found.search, found.unlisted
+        self.search, self.search_unlisted, self.text = found.search, found.unlisted, found.text
         self.reindex_page, self.set_indexed = found.reindex_page, found.set_indexed
         self.thread_search = compile_(thread_search(dialect, scoped))
