@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import json
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -23,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .._core import codec as _codec
 from .._core import rules as _rules
 from .._storage import schema as s
-from .._storage.drivers import FETCH, Program
+from .._storage.drivers import EXECUTE, FETCH, Program, Step
 from .._storage.rows import now
 from .context import Context
 from .history import delete_conversation
@@ -32,6 +33,7 @@ __all__ = [
     "Listing",
     "Order",
     "Page",
+    "delete_batch",
     "idle_cutoff",
     "metadata_filter",
     "most_selective_first",
@@ -113,8 +115,7 @@ class Listing:
                 at, cid = after
                 more = {**params, "after_at": at, "after_id": cid}
                 rows = yield FETCH, ctx.sql.pick_idle_after, more
-            for cid, _updated in rows:
-                yield from delete_conversation(ctx, cid)
+            yield from delete_batch(ctx, [cid for cid, _updated in rows])
             if not rows:
                 return 0, None
             last = rows[-1][1] if convert is None else convert(rows[-1][1])
@@ -129,6 +130,29 @@ class Listing:
                 progress(total)
             if done < PURGE_BATCH:
                 return total
+
+
+def delete_batch(ctx: Context, conversations: list[str]) -> Generator[Step, Any, None]:
+    """Program steps: ``delete_conversation`` for each of ``conversations``, except that
+    where the dialect has ``delete_listed_messages`` (SQLite) their messages go in one
+    statement, in rowid order (``statements.dialects.delete_listed_in_rowid_order``),
+    after the rows that deleting a message would otherwise delete or update one by one
+    (the tables before messages in ``schema.CONVERSATION_TABLES``)."""
+    bulk = ctx.sql.delete_listed_messages
+    if bulk is None or not conversations:
+        for cid in conversations:
+            yield from delete_conversation(ctx, cid)
+        return
+    at = s.CONVERSATION_TABLES.index(s.messages)
+    children = ctx.sql.delete_children
+    for cid in conversations:
+        for stmt in children[:at]:
+            yield EXECUTE, stmt, {"c": cid}
+    yield EXECUTE, bulk, {"listed": json.dumps(conversations)}
+    for cid in conversations:
+        for stmt in children[at + 1 :]:
+            yield EXECUTE, stmt, {"c": cid}
+        yield EXECUTE, ctx.sql.delete_conversation, {"c": cid}
 
 
 @dataclass(frozen=True)
