@@ -106,7 +106,8 @@ class Listing:
         # Locking the rows first means a conversation changed meanwhile is skipped
         # whole (its lock makes the change wait, or the change makes it recent). Each
         # batch is its own transaction and starts after the last one picked (keyset on
-        # updated_at, id): the cost is O(batch) whatever was deleted before.
+        # updated_at, id): the cost is O(batch) whatever was deleted before (beside
+        # FTS5's merging on SQLite, see ``Store.purge``).
         def program(after: tuple[Any, str] | None) -> Program[tuple[int, tuple[Any, str] | None]]:
             params = {"owner": ctx.owner, "cutoff": cutoff, "batch": PURGE_BATCH}
             if after is None:

@@ -103,10 +103,10 @@ def delete_listed_in_rowid_order(dialect: Dialect, table: Table) -> TextClause |
     JSON array of ids), visiting them in rowid order; None on Postgres.
 
     Deleting a message adds its text's tombstones to FTS5's pending changes, which FTS5
-    writes out as a new segment whenever a change's rowid is below the last one's: a
-    purge deleting conversation by conversation, whose messages interleave in rowid
-    order, wrote a segment (and paid a merge step) per conversation; in rowid order
-    its batch writes about one segment per MB of tombstones.
+    writes out as a new segment at the end of every statement that changed it (its
+    savepoint) and whenever a change's rowid is below the last one's: a purge deleting
+    conversation by conversation wrote a segment, and paid a merge step, per
+    conversation; one statement in rowid order writes one segment per MB of them.
     """
     if dialect.name != "sqlite":
         return None
