@@ -376,7 +376,9 @@ class Store(EditableCalls, StateCalls):
         """Delete the conversations not changed for longer than ``idle_for``.
 
         Every change counts: messages, summaries, metadata, lists. Works in batches of
-        conversations, each in its own transaction; returns how many were deleted.
+        conversations, each in its own transaction; returns how many were deleted. A
+        batch costs what it deletes, plus on SQLite the full-text index's merging of
+        its segments, a log factor in the index's size (docs/search.md).
         """
         return await self._listing.purge(idle_for)
 

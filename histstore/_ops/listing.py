@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import json
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -23,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from .._core import codec as _codec
 from .._core import rules as _rules
 from .._storage import schema as s
-from .._storage.drivers import FETCH, Program
+from .._storage.drivers import EXECUTE, FETCH, Program, Step
 from .._storage.rows import now
 from .context import Context
 from .history import delete_conversation
@@ -32,6 +33,7 @@ __all__ = [
     "Listing",
     "Order",
     "Page",
+    "delete_batch",
     "idle_cutoff",
     "metadata_filter",
     "most_selective_first",
@@ -104,7 +106,8 @@ class Listing:
         # Locking the rows first means a conversation changed meanwhile is skipped
         # whole (its lock makes the change wait, or the change makes it recent). Each
         # batch is its own transaction and starts after the last one picked (keyset on
-        # updated_at, id): the cost is O(batch) whatever was deleted before.
+        # updated_at, id): the cost is O(batch) whatever was deleted before (beside
+        # FTS5's merging on SQLite, see ``Store.purge``).
         def program(after: tuple[Any, str] | None) -> Program[tuple[int, tuple[Any, str] | None]]:
             params = {"owner": ctx.owner, "cutoff": cutoff, "batch": PURGE_BATCH}
             if after is None:
@@ -113,8 +116,7 @@ class Listing:
                 at, cid = after
                 more = {**params, "after_at": at, "after_id": cid}
                 rows = yield FETCH, ctx.sql.pick_idle_after, more
-            for cid, _updated in rows:
-                yield from delete_conversation(ctx, cid)
+            yield from delete_batch(ctx, [cid for cid, _updated in rows])
             if not rows:
                 return 0, None
             last = rows[-1][1] if convert is None else convert(rows[-1][1])
@@ -129,6 +131,29 @@ class Listing:
                 progress(total)
             if done < PURGE_BATCH:
                 return total
+
+
+def delete_batch(ctx: Context, conversations: list[str]) -> Generator[Step, Any, None]:
+    """Program steps: ``delete_conversation`` for each of ``conversations``, except that
+    where the dialect has ``delete_listed_messages`` (SQLite) their messages go in one
+    statement, in rowid order (``statements.dialects.delete_listed_in_rowid_order``),
+    after the rows that deleting a message would otherwise delete or update one by one
+    (the tables before messages in ``schema.CONVERSATION_TABLES``)."""
+    bulk = ctx.sql.delete_listed_messages
+    if bulk is None or not conversations:
+        for cid in conversations:
+            yield from delete_conversation(ctx, cid)
+        return
+    at = s.CONVERSATION_TABLES.index(s.messages)
+    children = ctx.sql.delete_children
+    for cid in conversations:
+        for stmt in children[:at]:
+            yield EXECUTE, stmt, {"c": cid}
+    yield EXECUTE, bulk, {"listed": json.dumps(conversations)}
+    for cid in conversations:
+        for stmt in children[at + 1 :]:
+            yield EXECUTE, stmt, {"c": cid}
+        yield EXECUTE, ctx.sql.delete_conversation, {"c": cid}
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import io
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -515,6 +515,38 @@ async def test_fork_save_and_purge(store: Store) -> None:
     assert await store.purge(idle_for=timedelta(0)) >= 2
     assert await store.search("lemur") == []
     assert await store.search("capybara") == []
+
+
+async def test_purge_of_conversations_written_in_turn(store: Store) -> None:
+    """Purge deletes a batch's messages in one statement (SQLite: in rowid order, see
+    ``statements.dialects.delete_listed_in_rowid_order``): conversations whose messages
+    were written in turn lose all of theirs, the others keep theirs, and SQLite's
+    full-text index passes its own check."""
+    gone, kept = [new_id("gone") for _ in range(3)], [new_id("kept") for _ in range(2)]
+    for i in range(3):
+        for c in gone + kept:  # their messages' rowids interleave
+            await store.write(c, [{"role": "user", "content": f"osprey {i}"}])
+    conv = _schema.conversations
+    old = datetime.now(timezone.utc) - timedelta(days=3)
+    async with store.engine.begin() as conn:
+        await conn.execute(update(conv).where(conv.c.id.in_(gone)).values(updated_at=old))
+    assert await store.purge(idle_for=timedelta(days=1)) == len(gone)
+    assert await store.conversations() == sorted(kept)
+    assert sorted(where(await store.search("osprey", limit=50))) == sorted(
+        (c, i) for c in kept for i in range(3)
+    )
+    for c in gone:
+        assert await store.read(c) == []
+    async with store.engine.connect() as conn:
+        left = await conn.execute(select(_schema.messages.c.conversation_id).distinct())
+        assert sorted(left.scalars()) == sorted(kept)
+        if conn.dialect.name == "sqlite":
+            await conn.execute(
+                text(
+                    "INSERT INTO histstore_messages_fts(histstore_messages_fts, rank)"
+                    " VALUES ('integrity-check', 1)"
+                )
+            )
 
 
 async def test_a_view_searches_its_own_conversations(store: Store) -> None:

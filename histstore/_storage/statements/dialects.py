@@ -36,6 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.sql import Select
+from sqlalchemy.sql.elements import TextClause
 
 from .. import schema as s
 from ..engine import BEGIN_OPTION
@@ -44,6 +45,7 @@ __all__ = [
     "Mode",
     "can_create_tables",
     "clock",
+    "delete_listed_in_rowid_order",
     "find_vector_index",
     "for_update",
     "insert",
@@ -104,6 +106,25 @@ def for_update(dialect: Dialect, stmt: Select[Any]) -> Select[Any]:
     the database's only write lock.
     """
     return stmt if dialect.name == "sqlite" else stmt.with_for_update()
+
+
+def delete_listed_in_rowid_order(dialect: Dialect, table: Table) -> TextClause | None:
+    """SQLite: a DELETE of ``table``'s rows whose ``conversation_id`` is in ``:listed`` (a
+    JSON array of ids), visiting them in rowid order; None on Postgres.
+
+    Deleting a message adds its text's tombstones to FTS5's pending changes, which FTS5
+    writes out as a new segment at the end of every statement that changed it (its
+    savepoint) and whenever a change's rowid is below the last one's: a purge deleting
+    conversation by conversation wrote a segment, and paid a merge step, per
+    conversation; one statement in rowid order writes one segment per MB of them.
+    """
+    if dialect.name != "sqlite":
+        return None
+    name = table.name
+    return text(
+        f"DELETE FROM {name} WHERE rowid IN (SELECT rowid FROM {name}"  # noqa: S608 - names, no input
+        " WHERE conversation_id IN (SELECT value FROM json_each(:listed)))"
+    ).bindparams(bindparam("listed", type_=Text))
 
 
 def lock_for_migration(connection: Connection) -> None:

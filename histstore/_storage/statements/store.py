@@ -254,6 +254,8 @@ class Statements:
             compile_(delete(t).where(t.c.conversation_id == conv_id)) for t in s.CONVERSATION_TABLES
         ]
         self.delete_conversation = compile_(delete(_conv).where(_conv.c.id == conv_id))
+        bulk = _dialects.delete_listed_in_rowid_order(dialect, _msg)  # purge's batches (SQLite)
+        self.delete_listed_messages = None if bulk is None else compile_(bulk)
         # save replaces these and keeps lists.
         self.delete_saved = [
             compile_(delete(t).where(t.c.conversation_id == conv_id))
@@ -282,11 +284,8 @@ class Statements:
             idle = and_(idle, _conv.c.owner == owner)
         # Purge's batches walk the (owner,) updated_at, id index, each after the last one
         # picked: none passes over deleted entries (Postgres keeps them until a vacuum).
-        picked = (
-            select(_conv.c.id, _conv.c.updated_at)
-            .order_by(_conv.c.updated_at, _conv.c.id)
-            .limit(bindparam("batch", type_=Integer))
-        )
+        picked = select(_conv.c.id, _conv.c.updated_at).order_by(_conv.c.updated_at, _conv.c.id)
+        picked = picked.limit(bindparam("batch", type_=Integer))
         after = tuple_(_conv.c.updated_at, _conv.c.id) > tuple_(
             bindparam("after_at", type_=_conv.c.updated_at.type),
             bindparam("after_id", type_=_conv.c.id.type),
