@@ -43,6 +43,7 @@ from .pg_driver import (
 )
 from .pg_url import multi_host, normalize, split
 from .pool_options import PoolOptions, pool_arguments
+from .sqlite_driver import restore_on_checkin
 from .sqlite_files import create_private
 from .statements.kinds import is_sqlite
 
@@ -405,7 +406,13 @@ def _on_begin(conn: Connection) -> None:
 
 
 def install_hooks(engine: AsyncEngine) -> None:
-    """Register the SQLite begin hook on ``engine`` (once; other dialects need none)."""
+    """Register the SQLite begin hook on ``engine``, and the pool hook that sets a
+    connection's busy timeout back as it returns (``sqlite_driver.restore_on_checkin``);
+    once each; other dialects need none."""
     sync = engine.sync_engine
-    if is_sqlite(sync.dialect) and not event.contains(sync, "begin", _on_begin):
+    if not is_sqlite(sync.dialect):
+        return
+    if not event.contains(sync, "begin", _on_begin):
         event.listen(sync, "begin", _on_begin)
+    if not event.contains(sync, "checkin", restore_on_checkin):
+        event.listen(sync, "checkin", restore_on_checkin)

@@ -155,12 +155,16 @@ class LongWork:
 
     # ------------------------------------------------------------------ giving up
 
-    async def _limited(self, work: Awaitable[T]) -> T:
-        """``await work``, given up after the store's ``command_timeout`` (PostgreSQL):
-        then ``CallTimeout``, once the work's connection is given up (``Driver.abandon``)."""
+    def _limited(self, work: Awaitable[T]) -> Awaitable[T]:
+        """``work``, given up after the store's ``command_timeout`` (PostgreSQL): then
+        ``CallTimeout``, once the work's connection is given up (``Driver.abandon``).
+        Without one, ``work`` itself (no coroutine around it)."""
         limit = self._limit
         if limit is None:
-            return await work
+            return work
+        return self._timed(work, limit)
+
+    async def _timed(self, work: Awaitable[T], limit: float) -> T:
         scope = asyncio.timeout(limit)
         try:
             async with scope:

@@ -15,6 +15,12 @@ so it never sleeps on the loop: where a lock is taken (another process writes, a
 reader meets a WAL being recovered) the call goes to the connection's thread after
 all, before any statement of it ran. A connection made with ``check_same_thread`` on
 (an engine the caller built) refuses such calls; it gets none after its first refusal.
+
+The busy timeout is not set back after each such call (two statements more than a
+short read itself): it stays 0 while calls on the loop follow each other, and is set
+back before anything else runs on the connection, where that may wait: first thing in
+a call on its thread or through aiosqlite's calls here, or as it goes back to
+SQLAlchemy's pool (``restore_on_checkin``, a pool hook) for other work.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from .drivers import (
 )
 from .sqlite_inserts import execute_many
 
-__all__ = ["SqliteDriver", "aiosqlite_one_trip"]
+__all__ = ["SqliteDriver", "aiosqlite_one_trip", "restore_on_checkin"]
 
 T = TypeVar("T")
 
@@ -56,8 +62,12 @@ class SqliteDriver(Driver):
         self.one_trip = one_trip
         self.groups = one_trip
         self.busy_timeout_ms = busy_timeout_ms
-        """The busy timeout of the connections (set back after a call on the loop's
-        thread); ``None``: an in-memory connection, which never waits."""
+        """The busy timeout of the connections (0 while calls run on the loop's thread,
+        see the module); ``None``: an in-memory connection, which never waits."""
+
+    async def execute_sql(self, conn: Any, sql: str) -> None:
+        await _patient(conn)
+        await conn.execute(sql)
 
     async def fetch(
         self,
@@ -73,12 +83,14 @@ class SqliteDriver(Driver):
             if inline and (rows := self._read_on_loop(conn, stmt.sql, args)) is not None:
                 return rows
             return await _on_thread(conn, _fetch_on_thread, conn._conn, stmt.sql, args)  # noqa: SLF001 - see run
+        await _patient(conn)
         rows = await conn.execute_fetchall(stmt.sql, args)
         return rows  # type: ignore[no-any-return]
 
     async def execute(
         self, conn: Any, stmt: CompiledStatement, params: Any, many: bool, memo: Memo
     ) -> None:
+        await _patient(conn)
         if many:
             await conn.executemany(stmt.sql, stmt.args_many(params, memo))
         else:
@@ -134,6 +146,7 @@ class SqliteDriver(Driver):
         WAL's pages and how many of them are copied. ``truncate``: ``TRUNCATE``
         instead, with a busy timeout of 0 for it, so that it gives up at once (the
         file keeps its size) when a reader or another process's writer is there."""
+        await _patient(conn)
         if not truncate:
             rows = await conn.execute_fetchall("PRAGMA wal_checkpoint(PASSIVE)")
         else:
@@ -165,43 +178,37 @@ class SqliteDriver(Driver):
             phase,
         )
 
-    @contextmanager
-    def _on_loop(self, conn: Any) -> Iterator[sqlite3.Connection | None]:
-        """``conn``'s sqlite3 connection, to be used on this (the event loop's) thread with
-        a busy timeout of 0 for the block; ``None`` when it refuses calls from here.
-        aiosqlite's thread is idle meanwhile: a lent connection's earlier calls have
-        ended (``Executor``; a cancelled one's first, ``settle``)."""
+    def _on_loop(self, conn: Any) -> sqlite3.Connection | None:
+        """``conn``'s sqlite3 connection, to be used on this (the event loop's) thread, its
+        busy timeout 0 (left so, see the module); ``None`` when it refuses calls from
+        here. aiosqlite's thread is idle meanwhile: a lent connection's earlier calls
+        have ended (``Executor``; a cancelled one's first, ``settle``)."""
         if conn in _REFUSED_ON_LOOP:
-            yield None
-            return
+            return None
         raw: sqlite3.Connection = conn._conn  # noqa: SLF001 - see run
         patience = self.busy_timeout_ms
-        if patience is None:  # in memory: nothing to wait for
-            yield raw
-            return
+        if patience is None or conn in _IMPATIENT:  # in memory: nothing to wait for
+            return raw
         try:
             raw.execute("PRAGMA busy_timeout = 0")
         except sqlite3.ProgrammingError as exc:  # e.g. made in another thread, checked
             _given_up(conn, exc)
-            yield None
-            return
-        try:
-            yield raw
-        finally:
-            raw.execute(f"PRAGMA busy_timeout = {patience:d}")
+            return None
+        _IMPATIENT[conn] = patience
+        return raw
 
     def _read_on_loop(self, conn: Any, sql: str, args: Sequence[Any]) -> list[Any] | None:
         """The rows of ``sql`` read on this thread; ``None`` when that was not possible
         (refused, or a lock would have to be waited for) and nothing was read."""
-        with self._on_loop(conn) as raw:
-            if raw is None:
+        raw = self._on_loop(conn)
+        if raw is None:
+            return None
+        try:
+            return raw.execute(sql, args).fetchall()
+        except (sqlite3.OperationalError, sqlite3.ProgrammingError) as exc:
+            if _given_up(conn, exc):
                 return None
-            try:
-                return raw.execute(sql, args).fetchall()
-            except (sqlite3.OperationalError, sqlite3.ProgrammingError) as exc:
-                if _given_up(conn, exc):
-                    return None
-                raise
+            raise
 
     def _write_on_loop(
         self, conn: Any, programs: list[Program[Any]], phase: Phase
@@ -210,16 +217,16 @@ class SqliteDriver(Driver):
         free (another process writes) or the connection refuses, before any statement
         of the programs ran. Once the lock is held nothing waits: in WAL mode the
         transaction's statements and its COMMIT take no other lock."""
-        with self._on_loop(conn) as raw:
-            if raw is None:
+        raw = self._on_loop(conn)
+        if raw is None:
+            return None
+        try:
+            raw.execute("BEGIN IMMEDIATE")
+        except (sqlite3.OperationalError, sqlite3.ProgrammingError) as exc:
+            if _given_up(conn, exc):
                 return None
-            try:
-                raw.execute("BEGIN IMMEDIATE")
-            except (sqlite3.OperationalError, sqlite3.ProgrammingError) as exc:
-                if _given_up(conn, exc):
-                    return None
-                raise
-            return _written(raw, programs, phase)
+            raise
+        return _written(raw, programs, phase)
 
     def _run_on_thread(
         self,
@@ -286,12 +293,38 @@ def _written(
 
 async def _on_thread(conn: Any, fn: Callable[..., T], *args: Any) -> T:
     """``fn(*args)`` run on the connection's thread (aiosqlite's private ``_execute``, see
-    ``SqliteDriver.run``). The value comes back in a box that is emptied here: aiosqlite's
+    ``SqliteDriver.run``), after its busy timeout is set back when a call on the loop
+    left it at 0. The value comes back in a box that is emptied here: aiosqlite's
     thread holds what its last call returned until its next call, and a value may be a
     whole conversation."""
-    box: list[T] = await conn._execute(_boxed, fn, *args)  # noqa: SLF001 - see above
+    patience = _IMPATIENT.pop(conn, None)
+    raw = None if patience is None else conn._conn  # noqa: SLF001 - see above
+    box: list[T] = await conn._execute(_boxed, raw, patience, fn, *args)  # noqa: SLF001
     return box.pop()
 
+
+async def _patient(conn: Any) -> None:
+    """Set ``conn``'s busy timeout back when a call on the loop left it at 0, before a
+    call through aiosqlite's own methods."""
+    patience = _IMPATIENT.pop(conn, None)
+    if patience is not None:
+        await conn.execute(f"PRAGMA busy_timeout = {patience:d}")
+
+
+def restore_on_checkin(dbapi_connection: Any, _record: Any) -> None:
+    """A pool ``checkin`` hook: a connection goes back to SQLAlchemy's pool with its busy
+    timeout set back (it is idle, so this runs here, on the returning thread). A closed
+    one is left as it is."""
+    conn = getattr(dbapi_connection, "driver_connection", None)
+    if conn is None or (patience := _IMPATIENT.pop(conn, None)) is None:
+        return
+    with suppress(ValueError, sqlite3.ProgrammingError):  # closed meanwhile
+        conn._conn.execute(f"PRAGMA busy_timeout = {patience:d}")  # noqa: SLF001
+
+
+_IMPATIENT: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+"""aiosqlite connections whose busy timeout a call on the loop's thread left at 0, with
+the timeout to set back before anything else runs on them (see the module)."""
 
 _REFUSED_ON_LOOP: weakref.WeakSet[Any] = weakref.WeakSet()
 """aiosqlite connections whose sqlite3 connection refused a call from another thread
@@ -317,7 +350,11 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc) if code is None else code & 0xFF == _SQLITE_BUSY
 
 
-def _boxed(fn: Callable[..., T], *args: Any) -> list[T]:
+def _boxed(
+    conn: sqlite3.Connection | None, patience: int | None, fn: Callable[..., T], *args: Any
+) -> list[T]:
+    if conn is not None:
+        conn.execute(f"PRAGMA busy_timeout = {patience:d}")
     return [fn(*args)]
 
 

@@ -308,9 +308,12 @@ async def test_schema_error_does_not_reveal_the_password(pg_url: str) -> None:
 
 async def _pragma(store: Store, name: str) -> Any:
     """A pragma on the connections the store uses, the same on both of its paths: the
-    executor's driver connections and SQLAlchemy's (fails when they differ)."""
-    async with reach.next_connection(store) as driver:
-        fast = (await driver.execute_fetchall(f"PRAGMA {name}"))[0][0]
+    executor's driver connections, read by the driver as a statement that may wait (a
+    call on the loop's thread leaves the busy timeout at 0 until one comes), and
+    SQLAlchemy's (fails when they differ)."""
+    driver = reach.driver(store)
+    async with reach.next_connection(store) as conn:
+        fast = (await driver.fetch(conn, driver.compile(text(f"PRAGMA {name}")), {}))[0][0]
 
     async def core(conn: Any) -> Any:
         return (await conn.exec_driver_sql(f"PRAGMA {name}")).scalar()

@@ -4,7 +4,8 @@ A read of the newest messages, and one task's short writes on a store whose comm
 not fsync (``durability="process"``), skip the trip to the connection's thread; the
 writes of concurrent tasks, writes that fsync, and connections that refuse other
 threads keep it. Nothing ever waits for a lock on the loop's thread: a write that finds
-the lock taken by another process waits for it on the connection's thread.
+the lock taken by another process waits for it on the connection's thread. The busy
+timeout stays 0 between calls on the loop, and is whole again wherever a call may wait.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from typing import Any
 import pytest
 import reach
 from helpers import agent_turns, new_id, user_msgs
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
+from waiting import eventually
 
 import histstore
 from histstore import WriteOutcome
@@ -216,3 +219,40 @@ async def test_writes_keep_the_thread_while_the_wal_has_grown_large(
         await store.write(c, msgs("m2"))
         assert statements.on("INSERT INTO HISTSTORE_MESSAGES") == {"loop"}
         assert [m.content for m in await store.read(c)] == ["m0", "m1", "m2"]
+
+
+async def test_calls_on_the_loop_thread_leave_the_busy_timeout_at_0_until_one_may_wait(
+    tmp_path: Path, statements: Statements
+) -> None:
+    async with histstore.connect(tmp_path / "t.db", durability="process", busy_timeout=5) as store:
+        c = new_id()
+        await store.write(c, msgs("m0", "m1"))
+        async with reach.next_connection(store) as conn:
+            reader = conn  # the connection the reads below take (the newest kept)
+        statements.clear()
+        for i in range(3):
+            assert await store.count(c) == 2 + i
+            assert await store.exists(c)
+            newest = await store.read(c, limit=2)
+            assert newest[0].content == ("m0", "m1", "x")[i]
+            await store.write(c, msgs("x"))  # one task's write: on the loop too
+        assert statements.on("SELECT") == {"loop"}
+        assert statements.on("INSERT INTO HISTSTORE_MESSAGES") == {"loop"}
+        assert statements.on("PRAGMA BUSY_TIMEOUT") == {"loop"}  # once per connection
+        assert len([s for _, s in statements.seen if "busy_timeout" in s]) <= 2
+        # A call on the connection's thread (a read that may wait) sets it back first.
+        driver = reach.driver(store)
+        statements.clear()
+        async with reach.next_connection(store) as conn:
+            assert conn is reader
+            pragma = driver.compile(text("PRAGMA busy_timeout"))
+            assert await driver.fetch(conn, pragma, {}) == [(5000,)]
+        assert statements.on("PRAGMA BUSY_TIMEOUT = 5000") == {"thread"}
+        # Back on the loop, then back to SQLAlchemy's pool: set back as it goes.
+        assert await store.count(c) == 5
+        reach.shorten_idle_time(store, 0.0)
+        await eventually(lambda: store.diagnostics().idle_connections == 0, "connections back")
+        async with reach.next_connection(store) as conn:
+            assert conn is reader  # the pool's newest
+            assert await conn.execute_fetchall("PRAGMA busy_timeout") == [(5000,)]
+        assert [m.content for m in await store.read(c)] == ["m0", "m1", "x", "x", "x"]
