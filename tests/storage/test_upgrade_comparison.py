@@ -41,6 +41,7 @@ SEARCH = REVISIONS.index("b7d4e2a91c30")  # search_text from here on
 ENVELOPE_ROLES = REVISIONS.index("f3b8d6a2c915")  # envelopes have their role from here on
 TEXT_ONCE = REVISIONS.index("c8d2f4a6e1b9")  # today's rule from here on
 LISTS_ITSELF = REVISIONS.index("a2f6c8e4d0b3")  # SQLite writes list their messages
+QUEUED = REVISIONS.index("e5c3a9d7f2b4")  # SQLite's list renamed (computed text)
 T0 = datetime(2025, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
 
 ADK = {
@@ -171,7 +172,11 @@ def _seed(conn: Connection, at: int, cid: str, messages: list[dict[str, Any]] = 
         conn.execute(insert(table), [{k: r[k] for k in r if k in table.c} for r in rows])
     if conn.dialect.name == "sqlite" and at >= LISTS_ITSELF:  # as its writes listed them
         listed = (
-            "histstore_messages_fts_listed" if at >= TEXT_ONCE else "histstore_messages_fts_pending"
+            "histstore_messages_fts_queued"
+            if at >= QUEUED
+            else "histstore_messages_fts_listed"
+            if at >= TEXT_ONCE
+            else "histstore_messages_fts_pending"
         )
         conn.execute(
             text(f"INSERT INTO {listed} (message_rowid) SELECT rowid FROM histstore_messages")
