@@ -338,18 +338,20 @@ class SqliteWriter:
         """The store closes: start no background work; wait for the running programs
         and checkpoint (the indexer's last runs, ``IndexScheduler.close``, may follow).
         Again after a close that was cancelled: it goes on."""
-        if self.lifecycle != "closing":  # again after a cancelled close: it goes on
+        if self.lifecycle == "open":  # else again after a cancelled close: it goes on
             self.lifecycle = transition(self.lifecycle, "closing", _LIFECYCLE, "writer")
         self.checkpoints.stop()
         await self._settled()
 
     async def close(self) -> None:
         """After ``stop`` and the indexer's close: wait for what still runs, and give
-        the write connection back (``InvalidTransition`` if a job is left)."""
+        the write connection back (``InvalidTransition`` if a job is left). Again after
+        a close that was cancelled: it goes on."""
         await self._settled()
-        if self.runner != "idle" or self._queue:
-            raise InvalidTransition(f"writer: closed with jobs left ({self.runner})")
-        self.lifecycle = transition(self.lifecycle, "closed", _LIFECYCLE, "writer")
+        if self.lifecycle != "closed":
+            if self.runner != "idle" or self._queue:
+                raise InvalidTransition(f"writer: closed with jobs left ({self.runner})")
+            self.lifecycle = transition(self.lifecycle, "closed", _LIFECYCLE, "writer")
         await self.connection.close()
 
     async def _settled(self) -> None:
