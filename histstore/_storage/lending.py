@@ -150,10 +150,15 @@ class CoreOnWriter:
         lent = self._writer.lend()
         await lent.__aenter__()
         self._lent = lent
-        lending = self._writer.connection.lending
-        assert isinstance(lending, LentConnection)
-        assert lending.raw is not None
-        sync = Connection(self._engine.sync_engine, lending.raw, _allow_revalidate=False)
+        try:
+            lending = self._writer.connection.lending
+            assert isinstance(lending, LentConnection)
+            assert lending.raw is not None
+            sync = Connection(self._engine.sync_engine, lending.raw, _allow_revalidate=False)
+        except BaseException as exc:
+            self._lent = None
+            await lent.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         return AsyncConnection(self._engine, sync)
 
     async def __aexit__(
