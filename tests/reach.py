@@ -42,11 +42,14 @@ def next_connection(store: Store) -> AbstractAsyncContextManager[Any]:
     return store.internals.executor._connection()
 
 
-def write_connection(store: Store) -> AbstractAsyncContextManager[Any]:
+@asynccontextmanager
+async def write_connection(store: Store) -> AsyncIterator[Any]:
     """The driver connection the store's writes take (SQLite: the writer's one write
-    connection): a fault set on it (``PRAGMA query_only``, ``max_page_count``) is met by
-    the next write."""
-    return store.internals.executor._write_connection()
+    connection, in the writer's turn as every job takes it): a fault set on it
+    (``PRAGMA query_only``, ``max_page_count``) is met by the next write."""
+    executor = store.internals.executor
+    async with executor._writing("probe", None), executor._write_connection() as conn:
+        yield conn
 
 
 @asynccontextmanager

@@ -202,7 +202,7 @@ class Executor(LongWork):
                 await self.writer.close()
         self._closed = True
         kept = (self._cache, self._statement_writes)
-        lent = None if self.writer is None or not orphaned else self.writer.abandon()
+        lent = None if self.writer is None or not orphaned else self.writer.connection.abandon()
         extra = [lent.raw] if isinstance(lent, LentConnection) and lent.raw is not None else []
         await release_connections(kept, self._base_engine, dispose, orphaned=orphaned, extra=extra)
 

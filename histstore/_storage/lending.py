@@ -1,5 +1,6 @@
-"""What the executor lends its callers: a connection (and how many reads of a store may
-run at once on SQLite, ``READ_SLOTS``).
+"""What the executor lends its callers: a connection, a SQLAlchemy connection on the
+SQLite writer's one write connection for Core writes (``CoreOnWriter``), and how many
+reads of a store may run at once on SQLite (``READ_SLOTS``).
 
 It is a context-manager class (as is the SQLite writer's turn), not an
 ``@asynccontextmanager`` generator: a store may close (and finish its writers' work)
@@ -15,6 +16,8 @@ import os
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
@@ -25,8 +28,9 @@ from .engine import SETUP_KEY, sqlite_setup
 if TYPE_CHECKING:
     from .connections import ConnectionCache
     from .executor import Executor
+    from .sqlite_writer import SqliteWriter
 
-__all__ = ["READ_SLOTS", "LentConnection"]
+__all__ = ["READ_SLOTS", "CoreOnWriter", "LentConnection"]
 
 READ_SLOTS = max(2, os.cpu_count() or 2)
 """Reads of one store on an SQLite file running at once, at most (the executor's
@@ -98,18 +102,70 @@ class LentConnection:
                 except Exception:  # noqa: BLE001 - any failure here means "drop it"
                     healthy = False
                 if not healthy:
-                    await greenlet_spawn(raw.invalidate)
+                    await _invalidate(raw)
             elif isinstance(exc, asyncio.CancelledError):
                 # Cancelled during a driver call: reused only once the driver has seen
                 # the call end with the connection clean (SQLite), else dropped.
                 healthy = await driver.settle(raw.driver_connection)
                 if not healthy:
-                    await greenlet_spawn(raw.invalidate)
+                    await _invalidate(raw)
             else:
                 # Interrupted half way through a driver call: its state is unknown.
-                await greenlet_spawn(raw.invalidate)
+                await _invalidate(raw)
         finally:
             if healthy:
                 await self._cache.put(raw)
             else:
                 await self._cache.drop(raw)
+
+
+async def _invalidate(raw: PoolProxiedConnection) -> None:
+    """Drop ``raw``'s driver connection (not again when SQLAlchemy's Core work on it
+    already did, seeing it lost: the pool would warn)."""
+    if raw.is_valid:
+        await greenlet_spawn(raw.invalidate)
+
+
+class CoreOnWriter:
+    """A SQLAlchemy connection of ``engine`` on the SQLite writer's write connection,
+    for the Core work of a write in the writer's turn: so every write of an SQLite
+    file runs on that one connection.
+
+    The ``Connection`` wraps the pooled connection the writer holds (SQLAlchemy's
+    ``Connection(engine, connection)``), with no revalidation (a connection SQLAlchemy
+    saw lost is never replaced by another from the pool behind the writer's back), and
+    is dropped, never closed, after the block: closing it would check the writer's
+    connection back into the pool. The block's end (or failure, or cancellation) is the
+    writer's lending's to handle, as for a program: kept, settled or dropped.
+    """
+
+    __slots__ = ("_engine", "_lent", "_writer")
+
+    def __init__(self, writer: SqliteWriter, engine: AsyncEngine) -> None:
+        self._writer = writer
+        self._engine = engine
+        self._lent: Any = None
+
+    async def __aenter__(self) -> AsyncConnection:
+        lent = self._writer.lend()
+        await lent.__aenter__()
+        self._lent = lent
+        try:
+            lending = self._writer.connection.lending
+            assert isinstance(lending, LentConnection)
+            assert lending.raw is not None
+            sync = Connection(self._engine.sync_engine, lending.raw, _allow_revalidate=False)
+        except BaseException as exc:
+            self._lent = None
+            await lent.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return AsyncConnection(self._engine, sync)
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        lent, self._lent = self._lent, None
+        await lent.__aexit__(kind, exc, tb)

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -20,9 +20,12 @@ from .dberrors import DATABASE_ERRORS, failure, not_committed
 from .deadlines import CallTimeout
 from .drivers import Driver, Phase
 from .engine import SqliteSettings
-from .lending import LentConnection
+from .lending import CoreOnWriter, LentConnection
 from .statements import dialects as _dialects
 from .transaction import Transaction
+
+if TYPE_CHECKING:
+    from .sqlite_writer import SqliteWriter
 
 __all__ = ["LongWork"]
 
@@ -39,6 +42,7 @@ class LongWork:
     _limit: float | None
     _read_grace: float | None
     _write_grace: float | None
+    writer: SqliteWriter | None
 
     def check(self) -> None:
         raise NotImplementedError
@@ -97,15 +101,21 @@ class LongWork:
         conversation: str | None = None,
     ) -> T:
         """Run SQLAlchemy Core ``work`` in one transaction of ``mode`` (see
-        ``_storage.statements.dialects.mode_options``), to its end even when cancelled."""
+        ``_storage.statements.dialects.mode_options``), to its end even when cancelled.
+        A write on an SQLite file runs in the writer's turn on its one write connection
+        (``lending.CoreOnWriter``); other work on a connection of the pool."""
         self.check()
         if mode == "write":
             self.refuse_writes(action, conversation)
         engine = self._engines[mode]
+        writer = self.writer if mode == "write" else None
+
+        def connect() -> AbstractAsyncContextManager[AsyncConnection]:
+            return self._core(engine) if writer is None else CoreOnWriter(writer, engine)
 
         async def attempt(phase: Phase) -> T:
             # Given up inside the work (before SQLAlchemy's ROLLBACK) and in its COMMIT.
-            async with self._core(engine) as conn, self._abandoned_if_cancelled(conn):
+            async with connect() as conn, self._abandoned_if_cancelled(conn):
                 async with conn.begin():
                     async with self._abandoned_if_cancelled(conn):
                         value = await work(conn)
@@ -132,12 +142,13 @@ class LongWork:
         return value
 
     @asynccontextmanager
-    async def session(self, mode: _dialects.Mode, *, action: str) -> AsyncIterator[AsyncConnection]:
+    async def session(
+        self, mode: Literal["read", "snapshot"], *, action: str
+    ) -> AsyncIterator[AsyncConnection]:
         """A SQLAlchemy connection in one transaction of ``mode`` for streaming reads
-        (export); the transaction ends with the block."""
+        (export); the transaction ends with the block. Reads only: a write is ``run``'s,
+        in the writer's turn."""
         self.check()
-        if mode == "write":
-            self.refuse_writes(action, None)
         try:
             async with (
                 self._core(self._engines[mode]) as conn,
@@ -146,8 +157,6 @@ class LongWork:
                 self._abandoned_if_cancelled(conn),
             ):
                 yield conn
-            if mode == "write":
-                self.listed()
         except HistStoreError:
             raise
         except DATABASE_ERRORS as exc:

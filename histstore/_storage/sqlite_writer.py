@@ -42,8 +42,10 @@ Programs run with three policies:
 States. The runner: ``idle`` (no job runs) and ``running`` (a lone job, or the
 leader's jobs; the queue may hold more). The lifecycle: ``open``, ``closing``
 (background work stops starting; queued jobs and the indexer's last runs still run),
-``closed`` (``submit`` raises). A move outside these tables raises
-``states.InvalidTransition``.
+``closed`` (a new job is refused as the closed store refuses calls). A job:
+``queued``, ``started``, ``gone`` (``write_jobs``). The write connection: ``none``,
+``lent``, ``held`` (``write_connection``); only the running job may have it. A move
+outside these tables raises ``states.InvalidTransition``.
 """
 
 from __future__ import annotations
@@ -52,18 +54,20 @@ import asyncio
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, suppress
+from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from .._errors import HistStoreError
 from .completion import end_all, finish_then_cancel
 from .dberrors import DATABASE_ERRORS, not_committed
 from .drivers import Phase, Program, Rollback
 from .engine import WAL_NET_PAGES
 from .search_index import IndexScheduler
 from .statement_groups import take_group
-from .states import transition
+from .states import InvalidTransition, transition
 from .wal_checkpoints import WalCheckpoints
+from .write_connection import WriteConnection
 from .write_jobs import Job, as_failure, failure_of, lists_for_index, locked, programs_only
 
 __all__ = ["SqliteWriter"]
@@ -105,8 +109,8 @@ class SqliteWriter:
         inline: bool = False,
         keep: bool = True,
     ) -> None:
-        self._connection = connection
-        self._keep = keep
+        self.connection = WriteConnection(connection, keep=keep)
+        """The write connection (``_storage.write_connection``)."""
         self._run_group = run_group
         self._busy_timeout_s = busy_timeout_s
         self._inline = inline
@@ -116,12 +120,9 @@ class SqliteWriter:
         self.runner: Literal["idle", "running"] = "idle"
         self.lifecycle: Literal["open", "closing", "closed"] = "open"
         self._queue: deque[Job[Any]] = deque()
-        # The leader's task; or, while a lone program runs in its caller's task, a
-        # future that ends with it; ``None`` while a lone turn is held.
+        # The leader's task; or, while a lone job runs in its caller's task, a future
+        # that ends with it.
         self._leader: asyncio.Future[None] | None = None
-        # The write connection: opened by the first job, kept for the store's life;
-        # given back (and opened again by the next job) only after a failure.
-        self._held: tuple[AbstractAsyncContextManager[Any], Any] | None = None
         self._last_writer: weakref.ref[asyncio.Task[Any]] | None = None
         self._last_size = 1  # programs of the last group
         self.sizes: deque[int] = deque(maxlen=256)
@@ -134,38 +135,21 @@ class SqliteWriter:
         ``DatabaseFailure`` after waiting for the busy timeout."""
         return _Turn(self, action, conversation)
 
-    def lend(self) -> _Lent:
-        """The write connection, for an ``async with`` by the holder of a turn (or the
-        runner): kept after the block (``keep``), given back when the block raised
-        (``lending``: settled after a cancellation, dropped when its state is unknown)."""
-        return _Lent(self)
+    def lend(self) -> AbstractAsyncContextManager[Any]:
+        """The write connection, for an ``async with`` by the running job (a group, or
+        the holder of a turn): kept after the block (``keep``), given back when the
+        block raised (``lending``: settled after a cancellation, dropped when its state
+        is unknown). ``InvalidTransition`` when no job runs."""
+        if self.runner != "running" or self.lifecycle == "closed":
+            raise InvalidTransition(
+                f"writer: its connection lent while {self.runner} and {self.lifecycle}"
+            )
+        return self.connection.lend()
 
     @property
     def holds_connection(self) -> bool:
         """Whether the write connection is open (checked out of the pool)."""
-        return self._held is not None
-
-    async def _open(self) -> Any:
-        if self._held is None:
-            lent = self._connection()
-            self._held = (lent, await lent.__aenter__())
-        return self._held[1]
-
-    async def _give_back(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            await held[0].__aexit__(kind, exc, tb)
-
-    def abandon(self) -> AbstractAsyncContextManager[Any] | None:
-        """Forget the write connection without touching the event loop (it has closed):
-        its lending, for the caller to end."""
-        held, self._held = self._held, None
-        return None if held is None else held[0]
+        return self.connection.state != "none"
 
     @property
     def queued(self) -> int:
@@ -190,29 +174,19 @@ class SqliteWriter:
         if self._free():
             self._begin(asyncio.ensure_future(self._lead()))
 
-    def _start(self, job: Job[Any]) -> None:
-        job.started = True
-        self._disarm(job)
-
-    @staticmethod
-    def _disarm(job: Job[Any]) -> None:
-        if job.timer is not None:
-            job.timer.cancel()
-            job.timer = None
-
     def _leave(self, job: Job[Any]) -> None:
-        """Take a job that has not started out of the queue (its caller gave up)."""
-        self._disarm(job)
-        with suppress(ValueError):  # the busy timeout took it out already
-            self._queue.remove(job)
+        """Take a job that has not started out of the queue (its caller gave up, or the
+        busy timeout passed); nothing when it has left already."""
+        if job.state == "gone":
+            return
+        job.move("gone")
+        self._queue.remove(job)
         if job.program is not None:
             job.program.close()
 
     def _expire(self, job: Job[Any]) -> None:
         """The busy timeout passed with ``job`` still queued: it fails, nothing done."""
         job.timer = None
-        if job.started or job.done.done():
-            return
         self._leave(job)
         job.done.set_exception(locked(job))
 
@@ -232,8 +206,7 @@ class SqliteWriter:
         started, the transaction ends first, then the caller sees ``CancelledError``.
         ``indexing``: the program indexes the pending list (and lists nothing);
         ``short``: it may run on the event loop's thread (see the module)."""
-        if self.lifecycle == "closed":
-            transition(self.lifecycle, "open", _LIFECYCLE, "writer")  # raises
+        self._refuse_when_closed()
         loop = asyncio.get_running_loop()
         job: Job[T] = Job(program, action, conversation, loop.create_future(), indexing)
         task = asyncio.current_task()
@@ -246,11 +219,17 @@ class SqliteWriter:
         try:
             return await asyncio.shield(job.done)
         except asyncio.CancelledError:
-            if not job.started:
-                self._leave(job)
-            else:
+            if job.state == "started":
                 await finish_then_cancel(job.done)
+            else:
+                self._leave(job)
             raise
+
+    def _refuse_when_closed(self) -> None:
+        """A job that comes after the close (a caller racing the store's close) is
+        refused as the closed store refuses calls."""
+        if self.lifecycle == "closed":
+            raise HistStoreError("the store is closed")
 
     def _free(self) -> bool:
         """Whether no job runs (a leader cancelled before it began, at the loop's
@@ -280,7 +259,7 @@ class SqliteWriter:
         has ended: the connection settles first (``lending``)."""
         running = asyncio.get_running_loop().create_future()
         self._begin(running)
-        job.started = True
+        job.move("started")
         try:
             await self._run([job], inline)
         finally:
@@ -296,14 +275,14 @@ class SqliteWriter:
                 head = self._queue[0]
                 if head.program is None:  # a turn: its holder's until it releases it
                     self._queue.popleft()
-                    self._start(head)
+                    head.move("started")
                     assert head.released is not None
                     head.done.set_result(None)
                     await head.released
                     continue
                 group, self._queue = take_group(self._queue, programs_only)
                 for job in group:
-                    self._start(job)
+                    job.move("started")
                 self._last_size = len(group)
                 try:
                     await self._run(group)
@@ -359,17 +338,21 @@ class SqliteWriter:
         """The store closes: start no background work; wait for the running programs
         and checkpoint (the indexer's last runs, ``IndexScheduler.close``, may follow).
         Again after a close that was cancelled: it goes on."""
-        if self.lifecycle == "open":
+        if self.lifecycle == "open":  # else again after a cancelled close: it goes on
             self.lifecycle = transition(self.lifecycle, "closing", _LIFECYCLE, "writer")
         self.checkpoints.stop()
         await self._settled()
 
     async def close(self) -> None:
         """After ``stop`` and the indexer's close: wait for what still runs, and give
-        the write connection back."""
+        the write connection back (``InvalidTransition`` if a job is left). Again after
+        a close that was cancelled: it goes on."""
         await self._settled()
-        await self._give_back(None, None, None)
-        self.lifecycle = transition(self.lifecycle, "closed", _LIFECYCLE, "writer")
+        if self.lifecycle != "closed":
+            if self.runner != "idle" or self._queue:
+                raise InvalidTransition(f"writer: closed with jobs left ({self.runner})")
+            self.lifecycle = transition(self.lifecycle, "closed", _LIFECYCLE, "writer")
+        await self.connection.close()
 
     async def _settled(self) -> None:
         while running := [
@@ -378,55 +361,35 @@ class SqliteWriter:
             await asyncio.wait(running)
 
 
-class _Lent:
-    """``SqliteWriter.lend`` (a class, not an async generator: see ``_Turn``)."""
-
-    __slots__ = ("_writer",)
-
-    def __init__(self, writer: SqliteWriter) -> None:
-        self._writer = writer
-
-    async def __aenter__(self) -> Any:
-        return await self._writer._open()  # noqa: SLF001 - the writer's own part
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        writer = self._writer
-        if exc is not None or not writer._keep:  # noqa: SLF001 - the writer's own part
-            await writer._give_back(kind, exc, tb)  # noqa: SLF001
-
-
 class _Turn:
     """``SqliteWriter.turn``: a context-manager class, not an async generator (see
     ``_storage.lending``: a store may close while its loop shuts down)."""
 
     __slots__ = ("_alone", "_job", "_writer", "action", "conversation")
+    # ``_alone``: while taken at once, the future the writer's close waits for.
 
     def __init__(self, writer: SqliteWriter, action: str, conversation: str | None) -> None:
         self._writer = writer
         self.action = action
         self.conversation = conversation
-        self._alone = False
+        self._alone: asyncio.Future[None] | None = None
         self._job: Job[None] | None = None
 
     async def __aenter__(self) -> None:
         writer = self._writer
-        if writer._alone():  # noqa: SLF001 - the writer's own part
-            writer._begin(None)  # noqa: SLF001 - held at once: no task, no timer
-            self._alone = True
-            return
+        writer._refuse_when_closed()  # noqa: SLF001 - the writer's own part
         loop = asyncio.get_running_loop()
+        if writer._alone():  # noqa: SLF001
+            self._alone = loop.create_future()  # held at once: no task, no timer
+            writer._begin(self._alone)  # noqa: SLF001
+            return
         job: Job[None] = Job(None, self.action, self.conversation, loop.create_future())
         job.released = loop.create_future()
         writer._enqueue(job)  # noqa: SLF001
         try:
             await job.done
         except asyncio.CancelledError:
-            if job.started and not job.released.done():
+            if job.state == "started" and not job.released.done():
                 job.released.set_result(None)  # given the turn as it was cancelled
             else:
                 writer._leave(job)  # noqa: SLF001
@@ -439,8 +402,9 @@ class _Turn:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._alone:
-            self._alone = False
+        if self._alone is not None:
+            alone, self._alone = self._alone, None
+            alone.set_result(None)
             self._writer._ended_alone()  # noqa: SLF001
         elif self._job is not None:
             released, self._job = self._job.released, None

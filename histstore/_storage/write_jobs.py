@@ -1,17 +1,37 @@
 """The jobs of the SQLite writer's queue (``_storage.sqlite_writer``), and what their
-callers get when a job fails."""
+callers get when a job fails.
+
+A job's states: ``queued`` (made, in the queue or about to run alone) → ``started``
+(its program's group runs, or its turn is handed over; or it runs alone at once) or
+``gone`` (its caller was cancelled, or the busy timeout passed: nothing done, out of
+the queue). Any other move raises ``states.InvalidTransition``."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from .dberrors import DATABASE_ERRORS, DatabaseFailure, failure
 from .drivers import Program
+from .states import transition
 
-__all__ = ["Job", "as_failure", "failure_of", "lists_for_index", "locked", "programs_only"]
+__all__ = [
+    "JOB_MOVES",
+    "Job",
+    "as_failure",
+    "failure_of",
+    "lists_for_index",
+    "locked",
+    "programs_only",
+]
 
 T = TypeVar("T")
+
+JOB_MOVES: dict[str, tuple[str, ...]] = {
+    "queued": ("started", "gone"),
+    "started": (),
+    "gone": (),
+}
 
 
 class Job(Generic[T]):
@@ -26,7 +46,7 @@ class Job(Generic[T]):
         "indexing",
         "program",
         "released",
-        "started",
+        "state",
         "timer",
     )
 
@@ -42,12 +62,20 @@ class Job(Generic[T]):
         self.action = action
         self.conversation = conversation
         self.done = done
-        self.started = False
+        self.state: Literal["queued", "started", "gone"] = "queued"
         self.indexing = indexing
         """A run of the indexer (which lists nothing)."""
         self.released: asyncio.Future[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         """Fails the job when it waited for the busy timeout."""
+
+    def move(self, new: Literal["started", "gone"]) -> None:
+        """Move to ``new`` (``queued`` → ``started`` or ``gone``, once), disarming the
+        busy timeout's timer."""
+        self.state = transition(self.state, new, JOB_MOVES, f"job {self.action!r}")
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
 
 def lists_for_index(group: list[Job[Any]], outcomes: list[tuple[bool, Any]]) -> tuple[bool, bool]:

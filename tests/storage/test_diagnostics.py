@@ -58,9 +58,19 @@ async def test_an_impossible_move_raises(tmp_path: Any) -> None:
     async with histstore.connect(tmp_path / "s.db") as store:
         writer = reach.executor(store).writer
         assert writer is not None
-    # Closed: a program handed to it now is a bug of the storage layer, not a hang.
-    with pytest.raises(InvalidTransition, match="writer"):
+    # Closed: a job that comes now (a caller racing the close) is refused as the closed
+    # store refuses calls; lending its connection with no job running is a bug of the
+    # storage layer, and raises rather than hangs.
+    with pytest.raises(histstore.HistStoreError, match="closed"):
         await writer.submit(iter(()), "writing", None)  # type: ignore[arg-type]
+    with pytest.raises(histstore.HistStoreError, match="closed"):
+        async with writer.turn("writing", None):
+            pass
+    with pytest.raises(InvalidTransition, match="writer"):
+        writer.lend()
+    await writer.stop()  # again, as after a cancelled close: no move
+    await writer.close()
+    assert (writer.lifecycle, writer.runner, writer.connection.state) == ("closed", "idle", "none")
 
     async def nothing() -> tuple[int, int]:
         return 0, 0
