@@ -154,7 +154,7 @@ class CoreOnWriter:
             lending = self._writer.connection.lending
             assert isinstance(lending, LentConnection)
             assert lending.raw is not None
-            sync = Connection(self._engine.sync_engine, lending.raw, _allow_revalidate=False)
+            sync = _core_connection(self._engine, lending.raw)
         except BaseException as exc:
             self._lent = None
             await lent.__aexit__(type(exc), exc, exc.__traceback__)
@@ -169,3 +169,15 @@ class CoreOnWriter:
     ) -> None:
         lent, self._lent = self._lent, None
         await lent.__aexit__(kind, exc, tb)
+
+
+def _core_connection(engine: AsyncEngine, raw: PoolProxiedConnection) -> Connection:
+    """A SQLAlchemy connection over the writer's ``raw`` connection that never replaces it
+    with another from the pool after it is lost (SQLAlchemy's private keyword
+    ``_allow_revalidate``). Where a SQLAlchemy release no longer takes that keyword, the
+    connection is made without it, and a lost connection is handled as SQLAlchemy
+    handles any other."""
+    try:
+        return Connection(engine.sync_engine, raw, _allow_revalidate=False)
+    except TypeError:
+        return Connection(engine.sync_engine, raw)
