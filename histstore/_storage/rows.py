@@ -85,13 +85,7 @@ def stored_search_text(message: Message | Mapping[str, Any]) -> str | None:
     back through ``statements.search.message_text``."""
     d = message_data(message) if isinstance(message, Message) else message
     content = d.get("content")
-    if (
-        type(content) is str  # the commonest shape: its text is the content
-        and len(d) == 2
-        and "role" in d
-        and "\x00" not in content
-        and len(content) * 4 <= SEARCH_TEXT_BYTES
-    ):
+    if _plain_chat(d, content):
         return None
     text = searchable(indexed_text(d))
     if type(content) is str and content:
@@ -160,18 +154,24 @@ def pg_stored_text(d: Mapping[str, Any], written: str) -> str | None:
     return text
 
 
+def _plain_chat(d: Mapping[str, Any], content: Any) -> bool:
+    """The commonest shape, whose text is its string ``content`` on every database: a
+    role and a content short enough never to be cut, without a NUL."""
+    return (
+        type(content) is str
+        and len(d) == 2
+        and "role" in d
+        and "\x00" not in content
+        and len(content) * 4 <= SEARCH_TEXT_BYTES
+    )
+
+
 def sqlite_stored_text(d: Mapping[str, Any], written: str = "") -> str | None:
     """SQLite's ``TextRule`` (revision e5c3a9d7f2b4 on): ``NULL`` where the text SQLite
     computes from the JSON (``computed_text.sqlite_text``) is the message's
     ``indexed_text`` cut by ``searchable``, else that text (``''`` for none)."""
     content = d.get("content")
-    if (
-        type(content) is str  # the commonest shape: its text is the content
-        and len(d) == 2
-        and "role" in d
-        and "\x00" not in content
-        and len(content) * 4 <= SEARCH_TEXT_BYTES
-    ):
+    if _plain_chat(d, content):
         return None
     text = searchable(indexed_text(d))
     return None if sqlite_text(d) == text else (text or "")

@@ -42,7 +42,7 @@ STORED: list[Any] = [
     ),
     pytest.param(
         {"role": "user", "content": [{"type": "text", "text": "kittiwake block"}]},
-        "text",
+        "computed",  # SQLite computes it from the JSON (revision e5c3a9d7f2b4)
         id="blocks",
     ),
     pytest.param({"role": "assistant", "content": None}, None, id="no-content"),
@@ -73,6 +73,8 @@ async def test_the_text_the_indexes_read_is_indexed_text(
     expected = searchable(indexed_text(message))
     [(read, column)] = await _read_back(store, cid)
     assert read == expected
+    if stored == "computed":
+        stored = None if store.engine.dialect.name == "sqlite" else "text"
     assert column == (expected if stored == "text" else stored)
 
 
