@@ -126,8 +126,7 @@ class History:
         return self.messages(rows)
 
     def messages(self, rows: Iterable[Sequence[Any]]) -> list[Message]:
-        """Messages from ``(data, position, created_at, entry_id, author)`` rows fetched
-        by the driver (a list of rows becomes the list of messages)."""
+        """Messages from the driver's ``(data, position, created_at, entry_id, author)`` rows."""
         return stored_messages(rows, self._ctx.sql.created_at)
 
     async def count(self, conversation: str) -> int:
