@@ -489,9 +489,12 @@ ITEM_TABLES = {"histstore_items", "histstore_item_vectors"}
 
 async def test_migration_upgrades_and_downgrades_a_database_holding_data(empty_url, cid):
     async with histstore.connect(empty_url, migrate=False) as store:
-        await alembic(store.engine, "upgrade", "a41c5e0d7b93")
+        # A message stored, then the schema taken back to the revision before the items'
+        # tables (today's writes name tables that revision does not have).
+        await alembic(store.engine, "upgrade", "head")
+        await store.write(cid, [{"role": "user", "content": "kept"}])
+        await alembic(store.engine, "downgrade", "a41c5e0d7b93")
         assert not (await _tables(store)) & ITEM_TABLES
-        await store.write(cid, [{"role": "user", "content": "kept"}])  # that schema's writes
         await alembic(store.engine, "upgrade", "head")
         assert await _tables(store) >= ITEM_TABLES
         await alembic(store.engine, "check")
