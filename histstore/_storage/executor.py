@@ -210,7 +210,7 @@ class Executor(LongWork):
         """A write committed outside the groups: what it listed for the full-text index
         (about ``messages`` messages) is indexed by the next run or at close."""
         if self._grouped and self.writer is not None:
-            self.writer.note_listed()
+            self.writer.note_listed(messages)
         elif self.indexer is not None:
             self.indexer.listed(messages)
 
@@ -370,7 +370,7 @@ class Executor(LongWork):
             return value.value if isinstance(value, Rollback) else value
 
         if self._grouped and self.writer is not None and not single:
-            return await self.writer.submit(program, action, conversation, short=short)
+            return await self.writer.submit(program, action, conversation, short=short, lists=lists)
         if single and not self._gated:
             # One statement is its own transaction on the server: a cancellation during
             # it leaves nothing half done (the connection, whose state is then unknown,

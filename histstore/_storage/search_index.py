@@ -128,19 +128,21 @@ class PendingIndex:
 
 
 INDEX_GROUPS = 256
-"""SQLite: groups of writers that may have listed messages after which the store indexes
-the list in the background (``IndexScheduler``)."""
+"""SQLite: commits that may have listed messages after which the store indexes the list
+in the background (``IndexScheduler``)."""
 
 
 class IndexScheduler:
     """Who indexes a writable SQLite store's pending list: one run at a time, a chunk
     per write transaction (``write``) while chunks find more.
 
-    A run starts in the background once ``threshold`` units were ``listed`` since the
-    last one began (groups of writers that may have listed messages, ``INDEX_GROUPS``),
-    or on request (``soon``). ``close`` lets a run end, then indexes what was listed
-    since, or what a run left. Best effort: a failed run leaves the list to a later run,
-    to close, or to the next store (the list is durable).
+    A run starts in the background once ``threshold`` commits (groups of writers) that
+    may have listed messages were ``listed`` since the last one began, or once they
+    listed ``CHUNK`` messages, whichever comes first (so a bulk load's list stays within
+    about a chunk of the index, and ``close`` has little left), or on request (``soon``).
+    ``close`` lets a run end, then indexes what was listed since, or what a run left.
+    Best effort: a failed run leaves the list to a later run, to close, or to the next
+    store (the list is durable).
 
     States (``state``): ``idle``, ``running`` (a background run), ``closing`` (no run
     starts in the background; ``close`` indexes the rest).
@@ -151,24 +153,28 @@ class IndexScheduler:
         index: Callable[[], Program[bool]],
         write: Callable[[Program[bool]], Awaitable[bool]],
         threshold: int,
+        messages: int = CHUNK,
     ) -> None:
         self._index = index
         self._write = write
         self._threshold = threshold
+        self._message_threshold = messages
         self.state: Literal["idle", "running", "closing"] = "idle"
-        self._unindexed = 0  # units listed since the last run began
+        self._unindexed = 0  # commits that listed since the last run began
+        self._messages = 0  # about how many messages they listed
         self._more = False  # the last run left more listed
         self._task: asyncio.Task[None] | None = None
 
-    def listed(self, units: int = 1) -> None:
-        """A write of the store committed, listing about ``units`` units."""
-        self._unindexed += max(units, 1)
-        if self._unindexed >= self._threshold:
+    def listed(self, messages: int = 0) -> None:
+        """A commit of the store that may have listed messages (about ``messages``)."""
+        self._unindexed += 1
+        self._messages += max(messages, 0)
+        if self._unindexed >= self._threshold or self._messages >= self._message_threshold:
             self.soon()
 
     def caught_up(self) -> None:
         """A run committed that indexed the whole list after every earlier listing."""
-        self._unindexed = 0
+        self._unindexed = self._messages = 0
 
     def soon(self) -> None:
         """Start a run in the background, unless one is under way or the store closes
@@ -189,7 +195,7 @@ class IndexScheduler:
     async def run(self, *, to_end: bool = False) -> None:
         """Index the list, a chunk per transaction, while chunks find more; unless
         ``to_end``, only until the store starts closing."""
-        self._unindexed = 0
+        self._unindexed = self._messages = 0
         try:
             while True:
                 self._more = await self._write(self._index())

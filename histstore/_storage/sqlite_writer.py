@@ -200,15 +200,17 @@ class SqliteWriter:
         *,
         indexing: bool = False,
         short: bool = False,
+        lists: int = 0,
     ) -> T:
         """Run ``program`` in the next transaction; return its value (or raise what it
         raised). A caller cancelled before its program started leaves nothing done; once
         started, the transaction ends first, then the caller sees ``CancelledError``.
         ``indexing``: the program indexes the pending list (and lists nothing);
-        ``short``: it may run on the event loop's thread (see the module)."""
+        ``short``: it may run on the event loop's thread (see the module); ``lists``: about
+        how many messages it lists for the full-text index."""
         self._refuse_when_closed()
         loop = asyncio.get_running_loop()
-        job: Job[T] = Job(program, action, conversation, loop.create_future(), indexing)
+        job: Job[T] = Job(program, action, conversation, loop.create_future(), indexing, lists)
         task = asyncio.current_task()
         again = task is not None and self._last_writer is not None and self._last_writer() is task
         self._last_writer = None if task is None else weakref.ref(task)
@@ -320,18 +322,19 @@ class SqliteWriter:
         """Tell the background work of a committed group (see the module)."""
         self.sizes.append(len(group))
         if self.indexer is not None:
-            listed, indexed = lists_for_index(group, outcomes)
+            listed, messages, indexed = lists_for_index(group, outcomes)
             if indexed:
                 self.indexer.caught_up()
             if listed:
-                self.indexer.listed()
+                self.indexer.listed(messages)
         self.checkpoints.committed()
 
-    def note_listed(self) -> None:
+    def note_listed(self, messages: int = 0) -> None:
         """A write committed outside the groups (a transaction of the executor's own)
-        listed messages for the index: counted as a group, indexed with the next run."""
+        listed about ``messages`` messages for the index: counted as a group, indexed
+        with the next run."""
         if self.indexer is not None:
-            self.indexer.listed()
+            self.indexer.listed(messages)
         self.checkpoints.committed(group=False)
 
     async def stop(self) -> None:

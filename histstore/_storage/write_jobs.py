@@ -44,6 +44,7 @@ class Job(Generic[T]):
         "conversation",
         "done",
         "indexing",
+        "lists",
         "program",
         "released",
         "state",
@@ -57,6 +58,7 @@ class Job(Generic[T]):
         conversation: str | None,
         done: asyncio.Future[T],
         indexing: bool = False,
+        lists: int = 0,
     ) -> None:
         self.program = program
         self.action = action
@@ -65,6 +67,8 @@ class Job(Generic[T]):
         self.state: Literal["queued", "started", "gone"] = "queued"
         self.indexing = indexing
         """A run of the indexer (which lists nothing)."""
+        self.lists = lists
+        """About how many messages the program lists for the full-text index."""
         self.released: asyncio.Future[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         """Fails the job when it waited for the busy timeout."""
@@ -78,16 +82,21 @@ class Job(Generic[T]):
             self.timer = None
 
 
-def lists_for_index(group: list[Job[Any]], outcomes: list[tuple[bool, Any]]) -> tuple[bool, bool]:
+def lists_for_index(
+    group: list[Job[Any]], outcomes: list[tuple[bool, Any]]
+) -> tuple[bool, int, bool]:
     """Whether a committed group may have listed messages for the index after its last
-    run of the indexer that indexed the whole list, and whether it had such a run."""
+    run of the indexer that indexed the whole list, about how many it listed after that
+    run, and whether it had such a run."""
     listing = indexed = False
+    messages = 0
     for job, (ok, value) in zip(group, outcomes, strict=True):
         if not job.indexing:
             listing = True
+            messages += job.lists if ok else 0
         elif ok and value is False:
-            listing, indexed = False, True
-    return listing, indexed
+            listing, indexed, messages = False, True, 0
+    return listing, messages, indexed
 
 
 def as_failure(job: Job[Any], exc: BaseException) -> BaseException:

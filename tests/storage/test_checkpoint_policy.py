@@ -180,3 +180,31 @@ async def test_the_pending_list_is_indexed_after_many_groups_and_at_close(
     await group.close()
     assert db.listed == 0
     assert db.runs - runs >= 3
+
+
+async def test_a_bulk_load_is_indexed_by_the_messages_it_lists(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A few commits listing many messages each start a run once they listed a chunk's
+    worth, long before ``INDEX_GROUPS`` commits: a bulk load leaves ``close`` little."""
+    monkeypatch.setattr(wal_checkpoints, "IDLE_S", PAUSE)
+    db = FakeList()
+    group = _writer(db)
+
+    async def index(program: Program[bool]) -> bool:
+        return await group.submit(program, "indexing", None, indexing=True)
+
+    indexer = group.indexer = IndexScheduler(
+        db.index, index, search_index.INDEX_GROUPS, messages=1_000
+    )
+    # Each write says it lists 300 messages: three stay below the chunk, the fourth
+    # crosses it and a run indexes the list in the background.
+    for _ in range(3):
+        await group.submit(db.write(), "writing", None, lists=300)
+    await asyncio.sleep(PAUSE * 2)
+    assert db.runs == 0
+    await group.submit(db.write(), "writing", None, lists=300)
+    await eventually(lambda: db.runs >= 1 and db.listed == 0, "a run after a chunk's worth")
+    await group.stop()
+    await indexer.close()
+    await group.close()
