@@ -46,12 +46,21 @@ class TextSearch:
         by = conversation is not None
         stmt = ctx.sql.search[by]
         executor = ctx.executor
+        # A store-wide search also reads the index of threads' messages (LangGraph's).
+        thread_params: dict[str, Any] | None = None
+        if not by:
+            thread_params = {"q": params["q"], "limit": n}
+            if ctx.owner is not None:
+                thread_params["owner"] = ctx.owner
         rows: Sequence[Any] | None = None
+        found: Sequence[Any] | None = None
         if executor.pending is not None:  # SQLite: the index is FTS5 and its pending list
-            program = self._with_list(stmt, ctx.sql.search_unlisted[by], params, n)
-            rows = await executor.snapshot(program, action="search", conversation=conversation)
-            if rows is None:
+            program = self._with_list(stmt, ctx.sql.search_unlisted[by], params, n, thread_params)
+            both = await executor.snapshot(program, action="search", conversation=conversation)
+            if both is None:
                 await executor.index_list()
+            else:
+                rows, found = both
         if rows is None:
             rows = await executor.fetch(stmt, params, action="search", conversation=conversation)
         convert = ctx.sql.created_at
@@ -59,12 +68,10 @@ class TextSearch:
             Hit(r[0], int(r[1]), stored_message(r[2], int(r[1]), r[3], convert), float(r[4]))
             for r in rows
         ]
-        if conversation is not None:
+        if thread_params is None:
             return hits
-        thread_params = {"q": params["q"], "limit": n}
-        if ctx.owner is not None:
-            thread_params["owner"] = ctx.owner
-        found = await executor.fetch(ctx.sql.thread_search, thread_params, action="search")
+        if found is None:
+            found = await executor.fetch(ctx.sql.thread_search, thread_params, action="search")
         hits += [
             Hit(r[0], int(r[3]), as_message({"role": r[4], "content": r[5]}), float(r[6]), r[0])
             for r in found
@@ -76,21 +83,32 @@ class TextSearch:
         return hits[:n]
 
     def _with_list(
-        self, stmt: CompiledStatement, unlisted: CompiledStatement, params: Any, n: int
-    ) -> Program[Sequence[Any] | None]:
+        self,
+        stmt: CompiledStatement,
+        unlisted: CompiledStatement,
+        params: Any,
+        n: int,
+        thread_params: dict[str, Any] | None,
+    ) -> Program[tuple[Sequence[Any], Sequence[Any] | None] | None]:
         """The search on SQLite, in one snapshot with the full-text index's pending list
-        (``_storage.search_index``). When the list holds messages, a writable store gets
-        ``None`` (it indexes them, then searches); a read-only store, which cannot,
-        searches them through an index of their own and gets the best ``n`` of both (a
-        higher score first, then by conversation and position)."""
+        (``_storage.search_index``) and, with ``thread_params``, the search of threads'
+        messages: the message rows and the thread rows (``None`` without
+        ``thread_params``). When the list holds messages, a writable store gets ``None``
+        (it indexes them, then searches); a read-only store, which cannot, searches them
+        through an index of their own and gets the best ``n`` of both (a higher score
+        first, then by conversation and position)."""
         executor = self._ctx.executor
         pending = executor.pending
         assert pending is not None
+        threads = self._ctx.sql.thread_search
+        found: Sequence[Any] | None = None
         if not executor.read_only:
             if (yield FETCH, pending.any, {}):
                 return None
-            found: Sequence[Any] = yield FETCH, stmt, params
-            return found
+            rows: list[Any] | Sequence[Any] = yield FETCH, stmt, params
+            if thread_params is not None:
+                found = yield FETCH, threads, thread_params
+            return rows, found
         listed = yield FETCH, pending.listed, {}
         rows = list((yield FETCH, stmt, params))
         if listed:
@@ -98,7 +116,9 @@ class TextSearch:
             yield EXECUTE_MANY, pending.temp_fill, [{"r": r, "t": t} for r, t in listed]
             rows += yield FETCH, unlisted, params
             rows.sort(key=lambda r: (-r[4], r[0], r[1]))
-        return rows[:n]
+        if thread_params is not None:
+            found = yield FETCH, threads, thread_params
+        return rows[:n], found
 
     async def reindex(self, batch: int, progress: Callable[[int], None] | None = None) -> int:
         """Make every visible message's row what a write stores now (see ``as_written``),
