@@ -2,8 +2,8 @@
 
 ``histstore_writes`` was an ordinary SQLite table: each record stored once in the table
 under a hidden rowid, and its key (conversation and idempotency key) a second time in
-the primary key's own index, which about a fifth of an OpenAI Agents turn's bytes went
-to. As a ``WITHOUT ROWID`` table the records are stored in the primary key's order and
+the primary key's own index (143 of the 655 bytes the records took a turn of the OpenAI
+Agents session, 410 of 1,330 for ADK's). As a ``WITHOUT ROWID`` table the records are stored in the primary key's order and
 that index is gone; the index of records by revision (f1c3a5e7b9d2) now refers to a
 record by its key instead of its rowid. Nothing of histstore reads the table's rowid.
 
