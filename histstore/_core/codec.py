@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -25,6 +26,7 @@ __all__ = [
     "key_to_stored",
     "looks_large",
     "nesting_exceeds",
+    "same_digest",
 ]
 
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -120,13 +122,31 @@ def encode_decoded(value: object, *, what: str = "value") -> tuple[str, int]:
 
 
 def digest(texts: Iterable[str]) -> str:
-    """A SHA-256 hex digest over a sequence of JSON texts (order matters)."""
+    """The digest of a batch (a sequence of JSON texts, order mattering) its write record
+    keeps: the first 128 bits of a SHA-256 over them, in 22 characters of unpadded
+    base64url. Until revision c2e4a6f8b0d1 the record kept the whole SHA-256 in 64 hex
+    digits; ``same_digest`` compares either."""
     h = hashlib.sha256()
     for t in texts:
         b = t.encode("utf-8")
         h.update(len(b).to_bytes(8, "big"))
         h.update(b)
-    return h.hexdigest()
+    return _short(h.digest())
+
+
+def _short(sha: bytes) -> str:
+    return base64.urlsafe_b64encode(sha[:16]).rstrip(b"=").decode("ascii")
+
+
+def same_digest(stored: str, digest_: str) -> bool:
+    """Whether a write record's ``stored`` digest is ``digest_`` (a ``digest``): the
+    short form, or the 64 hex digits an older histstore stored."""
+    if len(stored) != 64:
+        return stored == digest_
+    try:
+        return _short(bytes.fromhex(stored)) == digest_
+    except ValueError:
+        return False
 
 
 def canonical(value: object) -> str:

@@ -381,7 +381,7 @@ class History:
         same texts, else equal messages where it went: key order may differ)."""
         digest, count, position = record
         n = len(batch.messages)
-        same = count == n and digest == batch.digest
+        same = count == n and _codec.same_digest(digest, batch.digest)
         if not same and count == n:
             range_ = {"c": conversation, "start": position, "stop": position + count}
             stored = yield FETCH, self._ctx.sql.stored_range, range_

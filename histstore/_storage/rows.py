@@ -52,8 +52,9 @@ JSON object ``d`` and its JSON text ``written`` (``text_rule``)."""
 
 CLAIMED = "claimed"
 """The digest of a writes row that holds a key and stores no batch (a batch's digest is
-hex): a lost write's key, claimed when it was settled as not stored, so that its
-statement can never commit later (``_ops.settle``). A write under the key replaces it."""
+22 base64url or 64 hex characters): a lost write's key, claimed when it was settled as
+not stored, so that its statement can never commit later (``_ops.settle``). A write
+under the key replaces it."""
 
 SEARCH_TEXT_BYTES = 262_144
 """How much of a message's indexed text the full-text index covers: its first 256 KiB

@@ -227,7 +227,9 @@ messages = Table(
 )
 
 # One row per stored batch under its idempotency key (the caller's or one the store
-# made): where it went, a digest of its messages (``rows.CLAIMED``: a claim, no batch).
+# made): where it went, a digest of its messages (``_core.codec.digest``; older rows
+# hold 64 hex digits; ``rows.CLAIMED``: a claim, no batch). SQLite keeps it WITHOUT
+# ROWID (c2e4a6f8b0d1): the key is stored once, in the table's own order.
 writes = Table(
     "histstore_writes",
     metadata,
@@ -251,6 +253,7 @@ writes = Table(
         sqlite_where=text("revision IS NOT NULL"),
         postgresql_where=text("revision IS NOT NULL"),
     ),
+    sqlite_with_rowid=False,
 )
 
 # Every other change record (SPEC 11): edits, pops, saves, fork targets, imports.
