@@ -126,8 +126,8 @@ class History:
         return self.messages(rows)
 
     def messages(self, rows: Iterable[Sequence[Any]]) -> list[Message]:
-        """Messages from the driver's ``(data, position, created_at, entry_id, author)`` rows."""
-        return stored_messages(rows, self._ctx.sql.created_at)
+        """Messages from the rows of ``Statements.read`` (``dialects.message_columns``)."""
+        return stored_messages(rows, self._ctx.sql.read_time)
 
     async def count(self, conversation: str) -> int:
         validate_id(conversation)

@@ -22,6 +22,7 @@ from sqlalchemy.types import NullType
 
 from .._ops.context import Context, not_found
 from .._storage import schema as s
+from .._storage.statements.dialects import message_columns, message_time
 from .editable import LogRow, write_record
 
 __all__ = ["Page", "Source", "StoredConversation"]
@@ -114,7 +115,7 @@ class Page:
                 yield rows
             return
         position = 0
-        cols = _columns()
+        cols = _columns(self.conn)
         while True:
             stmt = (
                 select(*cols)
@@ -136,7 +137,7 @@ class Page:
         group: list[str] = []
         size = 0
         small = [c for c in self.convs if 0 < c.length <= self._batch]
-        cols = [*_columns(), _msg.c.conversation_id]
+        cols = [*_columns(self.conn), _msg.c.conversation_id]
         for i, conv in enumerate(small):
             group.append(conv.id)
             size += conv.length
@@ -262,7 +263,8 @@ class Source:
         self._batch = batch
         scope = ctx.scope(user) if ctx.sees(user) else false()
         self._visible: ColumnElement[bool] = true() if scope is None else scope
-        convert = ctx.executor.driver.result_processor(_msg.c.created_at.type)
+        driver = ctx.executor.driver
+        convert = message_time(driver.dialect, driver.result_processor(_msg.c.created_at.type))
         self._time: Callable[[Any], Any] = convert or _same
 
     def _select(self, *cols: Any) -> Select[Any]:
@@ -330,12 +332,11 @@ class Source:
                 yield Page(conn, convs, self._batch, self._time)
 
 
-def _columns() -> list[ColumnElement[Any]]:
-    """The message columns read, ``created_at`` as the driver gives it (see ``Page._rows``)."""
-    return [
-        type_coerce(_msg.c[name], NullType()) if name == "created_at" else _msg.c[name]
-        for name in _ROWS
-    ]
+def _columns(conn: AsyncConnection) -> list[ColumnElement[Any]]:
+    """The message columns read, ``created_at`` as the driver gives it in a read of
+    messages (``dialects.message_columns``; converted by ``Page._rows``)."""
+    at = type_coerce(message_columns(conn.dialect)[2], NullType())
+    return [at if name == "created_at" else _msg.c[name] for name in _ROWS]
 
 
 def _same(value: Any) -> Any:

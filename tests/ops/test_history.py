@@ -56,6 +56,23 @@ async def test_read_returns_stored_order_positions_and_utc_times(
     assert got[0].created_at <= got[3].created_at  # type: ignore[operator]
 
 
+async def test_every_read_gives_a_message_the_time_it_was_stored_with(
+    store: histstore.Store, cid: str
+) -> None:
+    # A whole read, a short one, a stream's page, the system messages and a pop (the
+    # row it deleted, as stored) agree to the microsecond.
+    await store.write(cid, [Message.system("s"), Message.user("u")])
+    whole = await store.read(cid)
+    newest = await store.read(cid, limit=1)
+    streamed = [m async for m in store.stream(cid)]
+    system = await store.system_messages(cid)
+    popped = await store.pop(cid)
+    assert popped is not None
+    times = [m.created_at for m in [*whole, *newest, *streamed, *system, popped]]
+    assert times == [popped.created_at] * 7
+    assert all(t is not None and t.tzinfo is not None for t in times)
+
+
 async def test_start_stop_limit_slice_then_keep_the_newest(
     store: histstore.Store, cid: str
 ) -> None:

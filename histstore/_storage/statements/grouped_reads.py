@@ -15,7 +15,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import Select
 
 from .. import schema as s
-from .dialects import text_arrays
+from .dialects import message_columns, text_arrays
 
 __all__ = ["read_group_params", "read_group_statement"]
 
@@ -45,7 +45,7 @@ def read_group_statement(dialect: Dialect, scoped: bool) -> Select[Any] | None:
         owned = and_(conv.c.id == q.c.c, conv.c.owner == q.c.owner)
         where.append(exists().where(owned).correlate_except(conv))
     newest = (
-        select(msg.c.data, msg.c.position, msg.c.created_at, msg.c.entry_id, msg.c.author)
+        select(*message_columns(dialect))
         .where(*where)
         .order_by(msg.c.position.desc())
         .limit(cast(q.c.lim, BigInteger))

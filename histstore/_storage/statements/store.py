@@ -63,8 +63,9 @@ class Statements:
         self.count = compile_(select(_conv.c.length).where(owned))
         self.exists = compile_(select(_conv.c.id).where(owned))
         self.created_at = driver.result_processor(_msg.c.created_at.type)
-        # What a message read back carries (``History.messages``).
-        cols = (_msg.c.data, _msg.c.position, _msg.c.created_at, _msg.c.entry_id, _msg.c.author)
+        # What a message read back carries (``History.messages``, its time by ``read_time``).
+        cols = _dialects.message_columns(dialect)
+        self.read_time = _dialects.message_time(dialect, self.created_at)
         base = [_msg.c.conversation_id == conv_id, _msg.c.position >= bindparam("start")]
         if scoped:
             base.append(exists().where(owned))
@@ -221,7 +222,7 @@ class Statements:
                 _msg.c.conversation_id == conv_id,
                 _msg.c.position == bindparam("position", type_=BigInteger),
             )
-            .returning(*cols)
+            .returning(*_dialects.message_columns(None))  # times as stored: ``created_at``
         )
         # Settling a write whose commit was lost (``_ops.settle``), in one transaction:
         # bound its lock waits, take the row lock (``lock``), claim the key (nothing
