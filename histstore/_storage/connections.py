@@ -85,10 +85,21 @@ class ConnectionCache:
     async def get(self) -> PoolProxiedConnection:
         """The newest cached connection still fresh, else one from the pool (waiting
         out the server's refusals, ``_storage.refusals``)."""
+        if self.fresh() is not None:
+            return self.take_fresh()  # what ``_take`` returns, without asking the server
+        return await self._backoff.open(self._take, self._has_idle)
+
+    def fresh(self) -> PoolProxiedConnection | None:
+        """The newest cached connection when it is still fresh (it stays in the cache:
+        ``take_fresh`` takes it); ``None`` when there is none."""
         idle = self._idle
         if idle and monotonic() - idle[-1][0] <= self._max_idle and not self._backoff.refusing:
-            return idle.pop()[1]  # what ``_take`` returns, without asking the server
-        return await self._backoff.open(self._take, self._has_idle)
+            return idle[-1][1]
+        return None
+
+    def take_fresh(self) -> PoolProxiedConnection:
+        """Take the connection ``fresh`` just returned (nothing ran in between)."""
+        return self._idle.pop()[1]
 
     def _has_idle(self) -> bool:
         return bool(self._idle) or pool_idle(self._engine)
@@ -113,13 +124,19 @@ class ConnectionCache:
 
     async def put(self, raw: PoolProxiedConnection) -> None:
         """Keep a healthy connection for the next call, or give it back to the pool."""
-        if self._closed or len(self._idle) >= self._limit or self._backoff.refusing:
+        if not self.keep(raw):
             await self.drop(raw)
-            return
+
+    def keep(self, raw: PoolProxiedConnection) -> bool:
+        """Keep a healthy connection for the next call, without waiting; ``False``
+        when it is not kept (then it is the caller's to give back, ``drop``)."""
+        if self._closed or len(self._idle) >= self._limit or self._backoff.refusing:
+            return False
         self._idle.append((monotonic(), raw))
         self._backoff.given_back()
         if self._timer is None and self._sweeper is None:
             self._schedule(self._max_idle)
+        return True
 
     async def drop(self, raw: PoolProxiedConnection) -> None:
         """Give ``raw`` back to the pool (closed there if invalidated or beyond its size)."""

@@ -130,9 +130,8 @@ class Executor(LongWork):
             )
         # Programs go to the writer's queue where the driver runs a group in one trip.
         self._grouped = self.writer is not None and self.driver.groups
-        self._reading: AbstractAsyncContextManager[Any] = (
-            asyncio.Semaphore(READ_SLOTS) if self._gated else nullcontext()
-        )
+        self._slots = asyncio.Semaphore(READ_SLOTS) if self._gated else None
+        self._reading: AbstractAsyncContextManager[Any] = self._slots or nullcontext()
         self.pending: PendingIndex | None = None if sqlite is None else PendingIndex(self.driver)
         """SQLite's pending list of the full-text index (``_storage.search_index``)."""
         # SQLite: a scheduler indexes the pending list in the background, through the
@@ -308,8 +307,20 @@ class Executor(LongWork):
             except CallTimeout as exc:
                 raise failure(action, conversation, exc, "body") from exc
 
+        tries: tuple[bool, ...] = (True, False)
+        if inline and self.driver.reads_now and not (self._slots and self._slots.locked()):
+            try:  # what the lines below do when they wait for nothing, without coroutines
+                rows = await self._connection().read_now(stmt, params)
+            except DATABASE_ERRORS as exc:
+                if not connection_lost(exc):
+                    raise failure(action, conversation, exc, "body") from exc
+                tries = (False,)  # once more, on a new connection
+            else:
+                if rows is not None:
+                    return rows
+
         async def run() -> Sequence[Any]:
-            for again in (True, False):
+            for again in tries:
                 opened = False
                 try:
                     async with self._connection() as conn:

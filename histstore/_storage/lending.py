@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from .engine import SETUP_KEY, sqlite_setup
 
 if TYPE_CHECKING:
     from .connections import ConnectionCache
+    from .drivers import CompiledStatement
     from .executor import Executor
     from .sqlite_writer import SqliteWriter
 
@@ -62,6 +64,35 @@ class LentConnection:
     def raw(self) -> PoolProxiedConnection | None:
         """The pooled connection while lent (for ending it after its loop closed)."""
         return self._raw
+
+    async def read_now(
+        self, stmt: CompiledStatement, params: Mapping[str, Any]
+    ) -> list[Any] | None:
+        """A short read at once on the event loop's thread (``Driver.read_now``), on the
+        newest cached connection when it is fresh and ready (set up, not known closed),
+        given back after as by ``async with``; ``None`` when there is none or the driver
+        could not read (nothing read). When it reads, it waits for nothing: no coroutine
+        of the lending's runs, nor anything else on the loop, in between."""
+        executor = self._executor
+        cache = self._cache
+        raw = cache.fresh()
+        if raw is None:
+            return None
+        conn = raw.driver_connection
+        settings = executor.sqlite
+        if conn is None or (settings is not None and raw.info.get(SETUP_KEY) != settings):
+            return None
+        if executor.driver.closed(conn):
+            return None
+        self._raw = cache.take_fresh()
+        try:
+            rows = executor.driver.read_now(conn, stmt, params)
+        except BaseException as exc:
+            await self.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        if not cache.keep(raw):
+            await self.__aexit__(None, None, None)
+        return rows
 
     async def __aenter__(self) -> Any:
         executor = self._executor
