@@ -29,7 +29,7 @@ from .deadlines import WRITE_GRACE, CallTimeout
 from .diagnostics import Diagnostics, diagnose
 from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_dialect
 from .engine import SETTINGS_OPTION, SqliteSettings, is_memory_url
-from .lending import READ_SLOTS, LentConnection
+from .lending import READ_SLOTS, LentConnection, ReadSlots
 from .long_work import LongWork
 from .pool_options import DEFAULT_REFUSED_WAIT
 from .read_groups import ReadGroups
@@ -130,8 +130,7 @@ class Executor(LongWork):
             )
         # Programs go to the writer's queue where the driver runs a group in one trip.
         self._grouped = self.writer is not None and self.driver.groups
-        self._slots = asyncio.Semaphore(READ_SLOTS) if self._gated else None
-        self._reading: AbstractAsyncContextManager[Any] = self._slots or nullcontext()
+        self._reading = ReadSlots(READ_SLOTS if self._gated else None)
         self.pending: PendingIndex | None = None if sqlite is None else PendingIndex(self.driver)
         """SQLite's pending list of the full-text index (``_storage.search_index``)."""
         # SQLite: a scheduler indexes the pending list in the background, through the
@@ -308,14 +307,20 @@ class Executor(LongWork):
                 raise failure(action, conversation, exc, "body") from exc
 
         tries: tuple[bool, ...] = (True, False)
-        if inline and self.driver.reads_now and not (self._slots and self._slots.locked()):
-            try:  # what the lines below do when they wait for nothing, without coroutines
-                rows = await self._connection().read_now(stmt, params)
-            except DATABASE_ERRORS as exc:
+        if inline and self.driver.reads_now and self._reading.free():
+            lent = self._connection()  # what the lines below do when they wait for nothing
+            try:
+                rows = lent.read_now(stmt, params)
+            except BaseException as exc:
+                await lent.__aexit__(type(exc), exc, exc.__traceback__)
+                if not isinstance(exc, DATABASE_ERRORS):
+                    raise
                 if not connection_lost(exc):
                     raise failure(action, conversation, exc, "body") from exc
                 tries = (False,)  # once more, on a new connection
             else:
+                if lent.raw is not None:  # not kept: back to the pool
+                    await lent.__aexit__(None, None, None)
                 if rows is not None:
                     return rows
 

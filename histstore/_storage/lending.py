@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .executor import Executor
     from .sqlite_writer import SqliteWriter
 
-__all__ = ["READ_SLOTS", "CoreOnWriter", "LentConnection"]
+__all__ = ["READ_SLOTS", "CoreOnWriter", "LentConnection", "ReadSlots"]
 
 READ_SLOTS = max(2, os.cpu_count() or 2)
 """Reads of one store on an SQLite file running at once, at most (the executor's
@@ -44,6 +44,37 @@ turns (read newest 20, write 2) ran at about 1,800 a second with a p99 of 17 ms;
 two slots, at about 2,300 with a p99 of 13 ms. Two, not one, so that a long read (a
 search over a million messages) does not hold up every other read. Postgres reads wait
 in the server, not in threads: no slots there."""
+
+
+class ReadSlots:
+    """At most ``limit`` reads at once (``None``: no limit), first come, first served
+    (an ``asyncio.Semaphore``'s, held for an ``async with``); ``free`` says, cheaper
+    than the semaphore's ``locked``, whether a read would take a slot without waiting."""
+
+    __slots__ = ("_in", "_limit", "_semaphore")
+
+    def __init__(self, limit: int | None) -> None:
+        self._limit = limit or 0
+        self._semaphore = None if limit is None else asyncio.Semaphore(limit)
+        self._in = 0  # reads holding a slot or waiting for one
+
+    def free(self) -> bool:
+        """Whether a slot is free and no read waits for one."""
+        return self._semaphore is None or self._in < self._limit
+
+    async def __aenter__(self) -> None:
+        if self._semaphore is not None:
+            self._in += 1
+            try:
+                await self._semaphore.acquire()
+            except BaseException:
+                self._in -= 1
+                raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._semaphore is not None:
+            self._in -= 1
+            self._semaphore.release()
 
 
 class LentConnection:
@@ -65,14 +96,12 @@ class LentConnection:
         """The pooled connection while lent (for ending it after its loop closed)."""
         return self._raw
 
-    async def read_now(
-        self, stmt: CompiledStatement, params: Mapping[str, Any]
-    ) -> list[Any] | None:
+    def read_now(self, stmt: CompiledStatement, params: Mapping[str, Any]) -> list[Any] | None:
         """A short read at once on the event loop's thread (``Driver.read_now``), on the
         newest cached connection when it is fresh and ready (set up, not known closed),
-        given back after as by ``async with``; ``None`` when there is none or the driver
-        could not read (nothing read). When it reads, it waits for nothing: no coroutine
-        of the lending's runs, nor anything else on the loop, in between."""
+        kept for the next call after; ``None`` when there is none or the driver could
+        not read (nothing read). It waits for nothing. When the read fails, or the cache
+        does not keep the connection, it stays lent (``raw``): ``__aexit__`` ends that."""
         executor = self._executor
         cache = self._cache
         raw = cache.fresh()
@@ -80,18 +109,15 @@ class LentConnection:
             return None
         conn = raw.driver_connection
         settings = executor.sqlite
-        if conn is None or (settings is not None and raw.info.get(SETUP_KEY) != settings):
+        if conn is None or executor.driver.closed(conn):
             return None
-        if executor.driver.closed(conn):
+        done = settings if settings is None else raw.info.get(SETUP_KEY)
+        if done is not settings and done != settings:
             return None
         self._raw = cache.take_fresh()
-        try:
-            rows = executor.driver.read_now(conn, stmt, params)
-        except BaseException as exc:
-            await self.__aexit__(type(exc), exc, exc.__traceback__)
-            raise
-        if not cache.keep(raw):
-            await self.__aexit__(None, None, None)
+        rows = executor.driver.read_now(conn, stmt, params)
+        if cache.keep(raw):
+            self._raw = None
         return rows
 
     async def __aenter__(self) -> Any:
