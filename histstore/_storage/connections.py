@@ -101,6 +101,11 @@ class ConnectionCache:
         """Take the connection ``fresh`` just returned (nothing ran in between)."""
         return self._idle.pop()[1]
 
+    def used(self) -> None:
+        """The connection ``fresh`` just returned was used, in the cache, by a call that
+        waited for nothing (nothing else ran in between): idle from now."""
+        self._idle[-1] = (monotonic(), self._idle[-1][1])
+
     def _has_idle(self) -> bool:
         return bool(self._idle) or pool_idle(self._engine)
 
@@ -124,19 +129,13 @@ class ConnectionCache:
 
     async def put(self, raw: PoolProxiedConnection) -> None:
         """Keep a healthy connection for the next call, or give it back to the pool."""
-        if not self.keep(raw):
-            await self.drop(raw)
-
-    def keep(self, raw: PoolProxiedConnection) -> bool:
-        """Keep a healthy connection for the next call, without waiting; ``False``
-        when it is not kept (then it is the caller's to give back, ``drop``)."""
         if self._closed or len(self._idle) >= self._limit or self._backoff.refusing:
-            return False
+            await self.drop(raw)
+            return
         self._idle.append((monotonic(), raw))
         self._backoff.given_back()
         if self._timer is None and self._sweeper is None:
             self._schedule(self._max_idle)
-        return True
 
     async def drop(self, raw: PoolProxiedConnection) -> None:
         """Give ``raw`` back to the pool (closed there if invalidated or beyond its size)."""

@@ -92,11 +92,7 @@ class Executor(LongWork):
         writes = IN_FLIGHT if sqlite is None else 0
         self._backoff = Backoff(refused_wait)
         self._statement_writes = ConnectionCache.for_engine(
-            engine,
-            limit=writes,
-            reserve=1,
-            capacity=capacity,
-            backoff=self._backoff,
+            engine, limit=writes, reserve=1, capacity=capacity, backoff=self._backoff
         )
         # An SQLite file: the writer keeps its write connection for the store's life,
         # when the pool's size leaves one more (then the cache keeps one fewer).
@@ -131,6 +127,7 @@ class Executor(LongWork):
         # Programs go to the writer's queue where the driver runs a group in one trip.
         self._grouped = self.writer is not None and self.driver.groups
         self._reading = ReadSlots(READ_SLOTS if self._gated else None)
+        self._now = self._connection()  # the short reads' at once (``LentConnection.read_now``)
         self.pending: PendingIndex | None = None if sqlite is None else PendingIndex(self.driver)
         """SQLite's pending list of the full-text index (``_storage.search_index``)."""
         # SQLite: a scheduler indexes the pending list in the background, through the
@@ -308,19 +305,17 @@ class Executor(LongWork):
 
         tries: tuple[bool, ...] = (True, False)
         if inline and self.driver.reads_now and self._reading.free():
-            lent = self._connection()  # what the lines below do when they wait for nothing
+            lent = self._now  # what the lines below do when they wait for nothing
             try:
                 rows = lent.read_now(stmt, params)
             except BaseException as exc:
-                await lent.__aexit__(type(exc), exc, exc.__traceback__)
+                await lent.hand_over().__aexit__(type(exc), exc, exc.__traceback__)
                 if not isinstance(exc, DATABASE_ERRORS):
                     raise
                 if not connection_lost(exc):
                     raise failure(action, conversation, exc, "body") from exc
                 tries = (False,)  # once more, on a new connection
             else:
-                if lent.raw is not None:  # not kept: back to the pool
-                    await lent.__aexit__(None, None, None)
                 if rows is not None:
                     return rows
 

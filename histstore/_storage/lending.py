@@ -98,27 +98,33 @@ class LentConnection:
 
     def read_now(self, stmt: CompiledStatement, params: Mapping[str, Any]) -> list[Any] | None:
         """A short read at once on the event loop's thread (``Driver.read_now``), on the
-        newest cached connection when it is fresh and ready (set up, not known closed),
-        kept for the next call after; ``None`` when there is none or the driver could
-        not read (nothing read). It waits for nothing. When the read fails, or the cache
-        does not keep the connection, it stays lent (``raw``): ``__aexit__`` ends that."""
+        newest cached connection when it is fresh and not known closed (every cached
+        one was set up when first lent); ``None`` when there is none or the driver could
+        not read (nothing read). It waits for nothing, so the connection stays in the
+        cache meanwhile, and one lending serves every such read. When the read fails,
+        the connection leaves the cache lent (``raw``): ``hand_over`` passes it to a
+        lending whose ``__aexit__`` ends it, as ``async with``'s would."""
         executor = self._executor
         cache = self._cache
         raw = cache.fresh()
         if raw is None:
             return None
         conn = raw.driver_connection
-        settings = executor.sqlite
         if conn is None or executor.driver.closed(conn):
             return None
-        done = settings if settings is None else raw.info.get(SETUP_KEY)
-        if done is not settings and done != settings:
-            return None
-        self._raw = cache.take_fresh()
-        rows = executor.driver.read_now(conn, stmt, params)
-        if cache.keep(raw):
-            self._raw = None
+        try:
+            rows = executor.driver.read_now(conn, stmt, params)
+        except BaseException:
+            self._raw = cache.take_fresh()
+            raise
+        cache.used()
         return rows
+
+    def hand_over(self) -> LentConnection:
+        """A lending of the connection ``read_now`` left lent; this one lends none."""
+        other = LentConnection(self._executor, self._cache)
+        other._raw, self._raw = self._raw, None
+        return other
 
     async def __aenter__(self) -> Any:
         executor = self._executor

@@ -183,11 +183,12 @@ class SqliteDriver(Driver):
         busy timeout 0 (left so, see the module); ``None`` when it refuses calls from
         here. aiosqlite's thread is idle meanwhile: a lent connection's earlier calls
         have ended (``Executor``; a cancelled one's first, ``settle``)."""
+        raw: sqlite3.Connection = conn._conn  # noqa: SLF001 - see run
+        if conn in _IMPATIENT:  # one that refuses got no call here: never in both
+            return raw
         if conn in _REFUSED_ON_LOOP:
             return None
-        raw: sqlite3.Connection = conn._conn  # noqa: SLF001 - see run
-        patience = self.busy_timeout_ms
-        if patience is None or conn in _IMPATIENT:  # in memory: nothing to wait for
+        if (patience := self.busy_timeout_ms) is None:  # in memory: nothing to wait for
             return raw
         try:
             raw.execute("PRAGMA busy_timeout = 0")
@@ -204,9 +205,8 @@ class SqliteDriver(Driver):
         params: Mapping[str, Any],
         memo: Memo | None = None,
     ) -> list[Any] | None:
-        """The rows read on this thread; ``None`` when that was not possible (no
-        one-trip calls, refused, or a lock would have to be waited for) and nothing was
-        read."""
+        """The rows read on this thread; ``None`` when that was not possible (no one-trip
+        calls, refused, or a lock would have to be waited for): nothing was read."""
         raw = self._on_loop(conn) if self.one_trip else None
         if raw is None:
             return None
