@@ -85,26 +85,26 @@ class ConnectionCache:
     async def get(self) -> PoolProxiedConnection:
         """The newest cached connection still fresh, else one from the pool (waiting
         out the server's refusals, ``_storage.refusals``)."""
-        if self.fresh() is not None:
-            return self.take_fresh()  # what ``_take`` returns, without asking the server
-        return await self._backoff.open(self._take, self._has_idle)
-
-    def fresh(self) -> PoolProxiedConnection | None:
-        """The newest cached connection when it is still fresh (it stays in the cache:
-        ``take_fresh`` takes it); ``None`` when there is none."""
         idle = self._idle
         if idle and monotonic() - idle[-1][0] <= self._max_idle and not self._backoff.refusing:
-            return idle[-1][1]
+            return idle.pop()[1]  # what ``_take`` returns, without asking the server
+        return await self._backoff.open(self._take, self._has_idle)
+
+    def use_newest(self) -> PoolProxiedConnection | None:
+        """The newest cached connection when it is still fresh, for a call that waits
+        for nothing (so that nothing else runs until it ends): it stays in the cache,
+        idle from now; ``None`` when there is none. ``take_newest`` takes it out."""
+        idle = self._idle
+        now = monotonic()
+        if idle and now - idle[-1][0] <= self._max_idle and not self._backoff.refusing:
+            raw = idle[-1][1]
+            idle[-1] = (now, raw)
+            return raw
         return None
 
-    def take_fresh(self) -> PoolProxiedConnection:
-        """Take the connection ``fresh`` just returned (nothing ran in between)."""
+    def take_newest(self) -> PoolProxiedConnection:
+        """Take out the connection ``use_newest`` just returned (its call failed)."""
         return self._idle.pop()[1]
-
-    def used(self) -> None:
-        """The connection ``fresh`` just returned was used, in the cache, by a call that
-        waited for nothing (nothing else ran in between): idle from now."""
-        self._idle[-1] = (monotonic(), self._idle[-1][1])
 
     def _has_idle(self) -> bool:
         return bool(self._idle) or pool_idle(self._engine)

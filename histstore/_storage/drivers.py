@@ -329,8 +329,9 @@ class Driver:
         memo: Memo | None = None,
     ) -> list[Any] | None:
         """``fetch``'s rows of a short read, read at once on the event loop's thread
-        without waiting for anything; ``None`` when the driver cannot (then nothing was
-        read; ``fetch`` reads it). Only drivers with threads of their own can (SQLite)."""
+        without waiting for anything; ``None`` when the driver cannot, or ``conn`` is
+        ``None`` or known closed (then nothing was read; ``fetch`` reads it). Only
+        drivers with threads of their own can (SQLite)."""
         return None
 
     async def execute(

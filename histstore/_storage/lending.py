@@ -98,27 +98,21 @@ class LentConnection:
 
     def read_now(self, stmt: CompiledStatement, params: Mapping[str, Any]) -> list[Any] | None:
         """A short read at once on the event loop's thread (``Driver.read_now``), on the
-        newest cached connection when it is fresh and not known closed (every cached
-        one was set up when first lent); ``None`` when there is none or the driver could
-        not read (nothing read). It waits for nothing, so the connection stays in the
-        cache meanwhile, and one lending serves every such read. When the read fails,
-        the connection leaves the cache lent (``raw``): ``hand_over`` passes it to a
-        lending whose ``__aexit__`` ends it, as ``async with``'s would."""
-        executor = self._executor
+        newest cached connection when it is fresh (every cached one was set up when
+        first lent); ``None`` when there is none or the driver could not read (nothing
+        read). It waits for nothing, so the connection stays in the cache meanwhile,
+        and one lending serves every such read. When the read fails, the connection
+        leaves the cache lent (``raw``): ``hand_over`` passes it to a lending whose
+        ``__aexit__`` ends it, as ``async with``'s would."""
         cache = self._cache
-        raw = cache.fresh()
+        raw = cache.use_newest()
         if raw is None:
             return None
-        conn = raw.driver_connection
-        if conn is None or executor.driver.closed(conn):
-            return None
         try:
-            rows = executor.driver.read_now(conn, stmt, params)
+            return self._executor.driver.read_now(raw.driver_connection, stmt, params)
         except BaseException:
-            self._raw = cache.take_fresh()
+            self._raw = cache.take_newest()
             raise
-        cache.used()
-        return rows
 
     def hand_over(self) -> LentConnection:
         """A lending of the connection ``read_now`` left lent; this one lends none."""

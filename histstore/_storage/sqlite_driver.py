@@ -207,7 +207,7 @@ class SqliteDriver(Driver):
     ) -> list[Any] | None:
         """The rows read on this thread; ``None`` when that was not possible (no one-trip
         calls, refused, or a lock would have to be waited for): nothing was read."""
-        raw = self._on_loop(conn) if self.one_trip else None
+        raw = None if conn is None or not self.one_trip else self._on_loop(conn)
         if raw is None:
             return None
         try:
