@@ -90,6 +90,22 @@ class ConnectionCache:
             return idle.pop()[1]  # what ``_take`` returns, without asking the server
         return await self._backoff.open(self._take, self._has_idle)
 
+    def use_newest(self) -> PoolProxiedConnection | None:
+        """The newest cached connection when it is still fresh, for a call that waits
+        for nothing (so that nothing else runs until it ends): it stays in the cache,
+        idle from now; ``None`` when there is none. ``take_newest`` takes it out."""
+        idle = self._idle
+        now = monotonic()
+        if idle and now - idle[-1][0] <= self._max_idle and not self._backoff.refusing:
+            raw = idle[-1][1]
+            idle[-1] = (now, raw)
+            return raw
+        return None
+
+    def take_newest(self) -> PoolProxiedConnection:
+        """Take out the connection ``use_newest`` just returned (its call failed)."""
+        return self._idle.pop()[1]
+
     def _has_idle(self) -> bool:
         return bool(self._idle) or pool_idle(self._engine)
 

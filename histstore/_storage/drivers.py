@@ -318,6 +318,22 @@ class Driver:
         driver has threads of its own (SQLite); the same read elsewhere."""
         raise NotImplementedError
 
+    reads_now = False
+    """Whether ``read_now`` may read (else it always returns ``None``)."""
+
+    def read_now(
+        self,
+        conn: Any,
+        stmt: CompiledStatement,
+        params: Mapping[str, Any],
+        memo: Memo | None = None,
+    ) -> list[Any] | None:
+        """``fetch``'s rows of a short read, read at once on the event loop's thread
+        without waiting for anything; ``None`` when the driver cannot, or ``conn`` is
+        ``None`` or known closed (then nothing was read; ``fetch`` reads it). Only
+        drivers with threads of their own can (SQLite)."""
+        return None
+
     async def execute(
         self, conn: Any, stmt: CompiledStatement, params: Any, many: bool, memo: Memo
     ) -> None:

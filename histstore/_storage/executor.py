@@ -29,7 +29,7 @@ from .deadlines import WRITE_GRACE, CallTimeout
 from .diagnostics import Diagnostics, diagnose
 from .drivers import CompiledStatement, Driver, Phase, Program, Rollback, for_dialect
 from .engine import SETTINGS_OPTION, SqliteSettings, is_memory_url
-from .lending import READ_SLOTS, LentConnection
+from .lending import READ_SLOTS, LentConnection, ReadSlots
 from .long_work import LongWork
 from .pool_options import DEFAULT_REFUSED_WAIT
 from .read_groups import ReadGroups
@@ -92,11 +92,7 @@ class Executor(LongWork):
         writes = IN_FLIGHT if sqlite is None else 0
         self._backoff = Backoff(refused_wait)
         self._statement_writes = ConnectionCache.for_engine(
-            engine,
-            limit=writes,
-            reserve=1,
-            capacity=capacity,
-            backoff=self._backoff,
+            engine, limit=writes, reserve=1, capacity=capacity, backoff=self._backoff
         )
         # An SQLite file: the writer keeps its write connection for the store's life,
         # when the pool's size leaves one more (then the cache keeps one fewer).
@@ -130,9 +126,8 @@ class Executor(LongWork):
             )
         # Programs go to the writer's queue where the driver runs a group in one trip.
         self._grouped = self.writer is not None and self.driver.groups
-        self._reading: AbstractAsyncContextManager[Any] = (
-            asyncio.Semaphore(READ_SLOTS) if self._gated else nullcontext()
-        )
+        self._reading = ReadSlots(READ_SLOTS if self._gated else None)
+        self._now = self._connection()  # the short reads' at once (``LentConnection.read_now``)
         self.pending: PendingIndex | None = None if sqlite is None else PendingIndex(self.driver)
         """SQLite's pending list of the full-text index (``_storage.search_index``)."""
         # SQLite: a scheduler indexes the pending list in the background, through the
@@ -308,8 +303,24 @@ class Executor(LongWork):
             except CallTimeout as exc:
                 raise failure(action, conversation, exc, "body") from exc
 
+        tries: tuple[bool, ...] = (True, False)
+        if inline and self.driver.reads_now and self._reading.free():
+            lent = self._now  # what the lines below do when they wait for nothing
+            try:
+                rows = lent.read_now(stmt, params)
+            except BaseException as exc:
+                await lent.hand_over().__aexit__(type(exc), exc, exc.__traceback__)
+                if not isinstance(exc, DATABASE_ERRORS):
+                    raise
+                if not connection_lost(exc):
+                    raise failure(action, conversation, exc, "body") from exc
+                tries = (False,)  # once more, on a new connection
+            else:
+                if rows is not None:
+                    return rows
+
         async def run() -> Sequence[Any]:
-            for again in (True, False):
+            for again in tries:
                 opened = False
                 try:
                     async with self._connection() as conn:

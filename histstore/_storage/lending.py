@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -27,10 +28,11 @@ from .engine import SETUP_KEY, sqlite_setup
 
 if TYPE_CHECKING:
     from .connections import ConnectionCache
+    from .drivers import CompiledStatement
     from .executor import Executor
     from .sqlite_writer import SqliteWriter
 
-__all__ = ["READ_SLOTS", "CoreOnWriter", "LentConnection"]
+__all__ = ["READ_SLOTS", "CoreOnWriter", "LentConnection", "ReadSlots"]
 
 READ_SLOTS = max(2, os.cpu_count() or 2)
 """Reads of one store on an SQLite file running at once, at most (the executor's
@@ -42,6 +44,37 @@ turns (read newest 20, write 2) ran at about 1,800 a second with a p99 of 17 ms;
 two slots, at about 2,300 with a p99 of 13 ms. Two, not one, so that a long read (a
 search over a million messages) does not hold up every other read. Postgres reads wait
 in the server, not in threads: no slots there."""
+
+
+class ReadSlots:
+    """At most ``limit`` reads at once (``None``: no limit), first come, first served
+    (an ``asyncio.Semaphore``'s, held for an ``async with``); ``free`` says, cheaper
+    than the semaphore's ``locked``, whether a read would take a slot without waiting."""
+
+    __slots__ = ("_in", "_limit", "_semaphore")
+
+    def __init__(self, limit: int | None) -> None:
+        self._limit = limit or 0
+        self._semaphore = None if limit is None else asyncio.Semaphore(limit)
+        self._in = 0  # reads holding a slot or waiting for one
+
+    def free(self) -> bool:
+        """Whether a slot is free and no read waits for one."""
+        return self._semaphore is None or self._in < self._limit
+
+    async def __aenter__(self) -> None:
+        if self._semaphore is not None:
+            self._in += 1
+            try:
+                await self._semaphore.acquire()
+            except BaseException:
+                self._in -= 1
+                raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._semaphore is not None:
+            self._in -= 1
+            self._semaphore.release()
 
 
 class LentConnection:
@@ -62,6 +95,30 @@ class LentConnection:
     def raw(self) -> PoolProxiedConnection | None:
         """The pooled connection while lent (for ending it after its loop closed)."""
         return self._raw
+
+    def read_now(self, stmt: CompiledStatement, params: Mapping[str, Any]) -> list[Any] | None:
+        """A short read at once on the event loop's thread (``Driver.read_now``), on the
+        newest cached connection when it is fresh (every cached one was set up when
+        first lent); ``None`` when there is none or the driver could not read (nothing
+        read). It waits for nothing, so the connection stays in the cache meanwhile,
+        and one lending serves every such read. When the read fails, the connection
+        leaves the cache lent (``raw``): ``hand_over`` passes it to a lending whose
+        ``__aexit__`` ends it, as ``async with``'s would."""
+        cache = self._cache
+        raw = cache.use_newest()
+        if raw is None:
+            return None
+        try:
+            return self._executor.driver.read_now(raw.driver_connection, stmt, params)
+        except BaseException:
+            self._raw = cache.take_newest()
+            raise
+
+    def hand_over(self) -> LentConnection:
+        """A lending of the connection ``read_now`` left lent; this one lends none."""
+        other = LentConnection(self._executor, self._cache)
+        other._raw, self._raw = self._raw, None
+        return other
 
     async def __aenter__(self) -> Any:
         executor = self._executor

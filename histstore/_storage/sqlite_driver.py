@@ -60,7 +60,7 @@ class SqliteDriver(Driver):
     def __init__(self, dialect: Dialect, one_trip: bool, busy_timeout_ms: int | None) -> None:
         super().__init__(dialect, None)
         self.one_trip = one_trip
-        self.groups = one_trip
+        self.groups = self.reads_now = one_trip
         self.busy_timeout_ms = busy_timeout_ms
         """The busy timeout of the connections (0 while calls run on the loop's thread,
         see the module); ``None``: an in-memory connection, which never waits."""
@@ -78,10 +78,10 @@ class SqliteDriver(Driver):
         *,
         inline: bool = False,
     ) -> Sequence[Any]:
+        if inline and (rows := self.read_now(conn, stmt, params, memo)) is not None:
+            return rows
         args = stmt.args(params, memo)
         if self.one_trip:
-            if inline and (rows := self._read_on_loop(conn, stmt.sql, args)) is not None:
-                return rows
             return await _on_thread(conn, _fetch_on_thread, conn._conn, stmt.sql, args)  # noqa: SLF001 - see run
         await _patient(conn)
         rows = await conn.execute_fetchall(stmt.sql, args)
@@ -183,11 +183,12 @@ class SqliteDriver(Driver):
         busy timeout 0 (left so, see the module); ``None`` when it refuses calls from
         here. aiosqlite's thread is idle meanwhile: a lent connection's earlier calls
         have ended (``Executor``; a cancelled one's first, ``settle``)."""
+        raw: sqlite3.Connection = conn._conn  # noqa: SLF001 - see run
+        if conn in _IMPATIENT:  # one that refuses got no call here: never in both
+            return raw
         if conn in _REFUSED_ON_LOOP:
             return None
-        raw: sqlite3.Connection = conn._conn  # noqa: SLF001 - see run
-        patience = self.busy_timeout_ms
-        if patience is None or conn in _IMPATIENT:  # in memory: nothing to wait for
+        if (patience := self.busy_timeout_ms) is None:  # in memory: nothing to wait for
             return raw
         try:
             raw.execute("PRAGMA busy_timeout = 0")
@@ -197,14 +198,20 @@ class SqliteDriver(Driver):
         _IMPATIENT[conn] = patience
         return raw
 
-    def _read_on_loop(self, conn: Any, sql: str, args: Sequence[Any]) -> list[Any] | None:
-        """The rows of ``sql`` read on this thread; ``None`` when that was not possible
-        (refused, or a lock would have to be waited for) and nothing was read."""
-        raw = self._on_loop(conn)
+    def read_now(
+        self,
+        conn: Any,
+        stmt: CompiledStatement,
+        params: Mapping[str, Any],
+        memo: Memo | None = None,
+    ) -> list[Any] | None:
+        """The rows read on this thread; ``None`` when that was not possible (no one-trip
+        calls, refused, or a lock would have to be waited for): nothing was read."""
+        raw = None if conn is None or not self.one_trip else self._on_loop(conn)
         if raw is None:
             return None
         try:
-            return raw.execute(sql, args).fetchall()
+            return raw.execute(stmt.sql, stmt.args(params, memo)).fetchall()
         except (sqlite3.OperationalError, sqlite3.ProgrammingError) as exc:
             if _given_up(conn, exc):
                 return None

@@ -19,7 +19,7 @@ import histstore
 from histstore._storage.append_groups import IN_FLIGHT
 from histstore._storage.connections import ConnectionCache
 from histstore._storage.engine import resolve_target
-from histstore._storage.lending import READ_SLOTS
+from histstore._storage.lending import READ_SLOTS, ReadSlots
 
 
 def _engine(backend: Backend, **pool: Any) -> AsyncEngine:
@@ -167,6 +167,40 @@ async def test_concurrent_reads_of_an_sqlite_file_share_a_few_connections(
         assert all(len(r) == 20 for r in reads)
         if backend.name == "sqlite-file":
             assert opened[0] - before <= READ_SLOTS
+
+
+async def test_a_read_that_would_wait_for_a_slot_is_not_read_at_once() -> None:
+    """``ReadSlots.free`` (the short reads' way past the semaphore) is true only while a
+    read entering would neither wait nor pass one queued before it."""
+    slots = ReadSlots(1)
+    assert slots.free()
+    holder_in, holder_go = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with slots:
+            holder_in.set()
+            await holder_go.wait()
+
+    holder = asyncio.ensure_future(hold())
+    await holder_in.wait()
+    assert not slots.free()
+    queued = asyncio.ensure_future(slots.__aenter__())
+    await asyncio.sleep(0)
+    holder_go.set()
+    await holder
+    assert not slots.free()  # the slot is free, but the queued read goes first
+    await queued
+    assert not slots.free()
+    await slots.__aexit__(None, None, None)
+    assert slots.free()
+    cancelled = asyncio.ensure_future(slots.__aenter__())
+    async with slots:
+        await asyncio.sleep(0)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+    assert slots.free()  # a waiter cancelled in the queue leaves it
+    assert ReadSlots(None).free()
 
 
 async def test_postgres_appends_keep_a_few_sessions_of_their_own(

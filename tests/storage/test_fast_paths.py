@@ -46,7 +46,7 @@ async def test_each_fast_path_of_the_backend_is_taken(
         assert _sqlite_driver.aiosqlite_one_trip()
         assert store.diagnostics().one_trip
         assert driver.groups
-        on_loop = _spy(monkeypatch, _sqlite_driver.SqliteDriver, "_read_on_loop")
+        on_loop = _spy(monkeypatch, _sqlite_driver.SqliteDriver, "read_now")
         trips = _spy(monkeypatch, _sqlite_driver, "_boxed")
         await asyncio.gather(*(store.write(f"c{i}", user_msgs(2)) for i in range(8)))
         for i in range(8):

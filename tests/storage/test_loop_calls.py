@@ -198,6 +198,27 @@ async def test_a_failed_write_on_the_loop_thread_leaves_nothing_behind(
         assert [m.content for m in await store.read(c)] == ["m0", "m1", "m2"]
 
 
+async def test_a_failed_read_on_the_loop_thread_is_typed_and_its_connection_kept(
+    tmp_path: Path, statements: Statements
+) -> None:
+    async with histstore.connect(tmp_path / "f.db", durability="process") as store:
+        c = new_id()
+        await store.write(c, msgs("m0"))
+        aborts = iter([1])  # the first statement after this is interrupted, no other
+        async with reach.next_connection(store) as conn:
+            await conn.set_progress_handler(lambda: next(aborts, 0), 1)
+            reader = conn
+        statements.clear()
+        with pytest.raises(histstore.DatabaseFailure) as caught:
+            await store.count(c)
+        assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+        assert await store.count(c) == 1
+        assert statements.on("SELECT") == {"loop"}
+        assert [m.content for m in await store.read(c, limit=5)] == ["m0"]
+        async with reach.next_connection(store) as conn:
+            assert conn is reader  # a statement's failure leaves the connection usable
+
+
 async def test_writes_keep_the_thread_while_the_wal_has_grown_large(
     tmp_path: Path, statements: Statements
 ) -> None:
