@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+import functools
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -138,8 +140,18 @@ class Store(EditableCalls, StateCalls):
     async def close(self) -> None:
         """Release the store; disposes the engine when the store owns it. Idempotent.
 
-        Closing a store (not a view) gives every connection it kept back to the pool;
-        after it, every call on the store and its views raises ``HistStoreError``.
+        Closing a store (not a view) first waits for the calls it took before
+        ``close()`` began, on the store and its views: each ends as it would have
+        without the close (a write is stored, or fails for its own reason). A call begun
+        once ``close()`` has begun raises ``HistStoreError`` ("the store is closed"), as
+        every call after it does. Then every connection the store kept goes back to the
+        pool. Cancelling ``close()`` stops the wait; a later ``close()`` goes on.
+
+        Raises:
+            HistStoreError: called from inside one of the store's own calls (a
+                transaction block, a callback the store runs), which it would wait for
+                forever: nothing is closed, the call goes on and ends as it would
+                (committed, or rolled back when it raises); close after it.
         """
         if not self._is_view:
             await self._executor.close(dispose=self._owns_engine)
@@ -415,3 +427,21 @@ class Store(EditableCalls, StateCalls):
             order=order,
             descending=descending,
         )
+
+
+def _one_call(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def call(self: Store, *args: Any, **kwargs: Any) -> Any:
+        with self.internals.executor.calls.span():
+            return await method(self, *args, **kwargs)
+
+    return call
+
+
+# Each public coroutine method is one call for ``close()`` from its first line to its
+# end (``_storage.calls``): the steps of a call that close() found running (a settling
+# read after a lost commit, an edit's reads and its commit) are not refused half way.
+for _name in dir(Store):
+    _method = getattr(Store, _name)
+    if not _name.startswith("_") and _name != "close" and inspect.iscoroutinefunction(_method):
+        setattr(Store, _name, _one_call(_method))
