@@ -148,8 +148,8 @@ class Store(EditableCalls, StateCalls):
         pool. Cancelling ``close()`` stops the wait; a later ``close()`` goes on.
 
         Raises:
-            HistStoreError: called from inside one of the store's own calls (a
-                transaction block, a callback the store runs), which it would wait for
+            HistStoreError: called from inside one of the store's own calls or
+                transactions (code the store awaits meanwhile), which it would wait for
                 forever: nothing is closed, the call goes on and ends as it would
                 (committed, or rolled back when it raises); close after it.
         """

@@ -71,9 +71,9 @@ class Calls:
         is refused, with the error that method gives (a ``write``'s carries its outcome)."""
         return _Call(self, strict=False)
 
-    async def close(self) -> None:
-        """Refuse new calls, then wait for those in progress (cancellable: a later
-        ``close()`` waits on). Raises ``HistStoreError`` at once from inside a call."""
+    def refuse(self) -> None:
+        """``close()`` begins: refuse new calls from now on. Raises ``HistStoreError``
+        at once from inside a call (``wait`` would wait for itself), changing nothing."""
         if self.inside():
             raise HistStoreError(
                 "close() inside one of the store's own calls or transactions would wait "
@@ -81,6 +81,9 @@ class Calls:
             )
         if self.state == "open":
             self.state = "closing"
+
+    async def wait(self) -> None:
+        """Wait for the calls in progress (cancellable: a later ``close()`` waits on)."""
         while self._running:
             if self._ended is None:
                 self._ended = asyncio.Event()

@@ -198,9 +198,10 @@ class Executor(LongWork):
         orphaned = self._loop is not None and self._loop.is_closed()
         if not orphaned:
             self._own_loop()
-            await self.calls.close()
+            self.calls.refuse()
             if self.writer is not None:
                 await self.writer.stop()
+            await self.calls.wait()
             await self._appends.wait_idle()
             await self._reads.wait_idle()
             if self.indexer is not None:

@@ -63,6 +63,16 @@ async def test_calls_begun_before_close_end_as_their_own_and_later_ones_are_refu
             assert sorted(stored) == ([] if yields == 0 else sorted(expected))
 
 
+async def _close_inside(store: histstore.Store, c: str, tag: str, *, fail: bool) -> None:
+    """``close()`` inside a transaction of the store's own that appended a message."""
+    async with reach.writing_in_a_transaction(store, c, user_msgs(1, tag=tag)):
+        with pytest.raises(histstore.HistStoreError, match="inside"):
+            await asyncio.wait_for(store.close(), 10)
+        assert not store.closed
+        if fail:
+            raise RuntimeError("out")  # the transaction rolls back
+
+
 async def test_a_close_inside_the_stores_own_transaction_raises_at_once(
     backend: Backend,
 ) -> None:
@@ -70,18 +80,78 @@ async def test_a_close_inside_the_stores_own_transaction_raises_at_once(
     c = new_id()
     await store.write(c, user_msgs(1))
     with pytest.raises(RuntimeError, match="out"):
-        async with reach.holding_the_write_turn(store, lock=c):
-            with pytest.raises(histstore.HistStoreError, match="inside"):
-                await asyncio.wait_for(store.close(), 10)
-            assert not store.closed
-            raise RuntimeError("out")  # the transaction rolls back
-    async with reach.holding_the_write_turn(store, lock=c):
-        with pytest.raises(histstore.HistStoreError, match="inside"):
-            await asyncio.wait_for(store.close(), 10)
+        await _close_inside(store, c, "undone", fail=True)
+    await _close_inside(store, c, "kept", fail=False)
     # The store goes on as if close() had not been called, and closes after.
     outcome = await asyncio.wait_for(store.write(c, user_msgs(1, tag="after")), 10)
-    assert outcome.length == 2
+    assert outcome.length == 3
+    assert [m.content for m in await store.read(c)] == ["m-0", "kept-0", "after-0"]
     await asyncio.wait_for(store.close(), 10)
     assert store.closed
     with pytest.raises(histstore.HistStoreError, match="closed"):
         await store.read(c)
+
+
+async def test_a_call_begun_while_close_waits_is_refused_and_a_cancelled_close_goes_on(
+    backend: Backend,
+) -> None:
+    store = await backend.connect()
+    c = new_id()
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with reach.holding_the_write_turn(store):
+            held.set()
+            await release.wait()
+
+    holder = asyncio.ensure_future(hold())
+    await asyncio.wait_for(held.wait(), 10)
+    first = asyncio.ensure_future(store.close())
+    await asyncio.sleep(0.05)
+    assert not first.done()  # it waits for the transaction it found
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    # Still closing: a call begun now is refused at once, having done nothing.
+    with pytest.raises(histstore.HistStoreError, match="closed") as caught:
+        await asyncio.wait_for(store.write(c, user_msgs(1)), 10)
+    assert caught.value.outcome is not None
+    assert (caught.value.outcome.accepted, caught.value.outcome.uncertain) == (0, False)
+    with pytest.raises(histstore.HistStoreError, match="closed"):
+        await asyncio.wait_for(store.read(c), 10)
+    second = asyncio.ensure_future(store.close())
+    await asyncio.sleep(0.05)
+    assert not second.done()
+    assert not store.closed
+    release.set()
+    await asyncio.wait_for(asyncio.gather(holder, second), 10)
+    assert store.closed
+    if backend.shared:
+        async with backend.connect() as again:
+            assert await again.count(c) == 0
+
+
+async def test_a_close_inside_a_lease_or_a_stream_closes_the_store(backend: Backend) -> None:
+    store = await backend.connect()
+    c = new_id()
+    await store.write(c, user_msgs(3))
+    seen: list[str] = []
+
+    async def streaming() -> None:
+        async for m in store.stream(c, page=1):
+            seen.append(str(m.content))
+            await asyncio.wait_for(store.close(), 10)
+
+    with pytest.raises(histstore.HistStoreError, match="closed"):
+        await streaming()
+    assert seen == ["m-0"]
+    assert store.closed
+    leased = await backend.connect()
+
+    async def leasing() -> None:
+        async with leased.lease(c):
+            await asyncio.wait_for(leased.close(), 10)
+
+    with pytest.raises(histstore.HistStoreError, match="closed"):
+        await leasing()
+    assert leased.closed
