@@ -432,7 +432,7 @@ class Store(EditableCalls, StateCalls):
 def _one_call(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     @functools.wraps(method)
     async def call(self: Store, *args: Any, **kwargs: Any) -> Any:
-        with self.internals.executor.calls.span():
+        with self._executor.calls.span():
             return await method(self, *args, **kwargs)
 
     return call

@@ -63,6 +63,21 @@ async def test_calls_begun_before_close_end_as_their_own_and_later_ones_are_refu
             assert sorted(stored) == ([] if yields == 0 else sorted(expected))
 
 
+async def test_a_write_between_its_steps_when_close_begins_is_stored(backend: Backend) -> None:
+    store = await backend.connect()
+    c = new_id()
+    big = {"role": "user", "content": "x" * 200_000}  # encoded in a thread, off the loop
+    write = asyncio.ensure_future(store.write(c, [big]))
+    await asyncio.sleep(0)  # it began: its batch is being encoded, no statement sent yet
+    async with asyncio.timeout(30):
+        await store.close()
+    outcome = await write
+    assert (outcome.accepted, outcome.length) == (1, 1)
+    if backend.shared:
+        async with backend.connect() as again:
+            assert await again.read(c) == [histstore.Message.from_dict(big)]
+
+
 async def _close_inside(store: histstore.Store, c: str, tag: str, *, fail: bool) -> None:
     """``close()`` inside a transaction of the store's own that appended a message."""
     async with reach.writing_in_a_transaction(store, c, user_msgs(1, tag=tag)):
