@@ -109,7 +109,8 @@ class Store(EditableCalls, StateCalls):
 
     @property
     def closed(self) -> bool:
-        """Whether the store (or, for a view, the store it belongs to) is closed."""
+        """Whether the store (or, for a view, the store it belongs to) is closed:
+        ``close()`` has ended (while it waits for calls, new ones are already refused)."""
         return self._executor.closed
 
     def scoped(self, user: str) -> Store:

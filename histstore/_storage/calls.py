@@ -43,13 +43,8 @@ class Calls:
 
     def __init__(self) -> None:
         self.state: Lifecycle = "open"
-        self._running = 0
+        self._running = 0  # calls in progress (a call's nested steps count apart)
         self._ended: asyncio.Event | None = None
-
-    @property
-    def running(self) -> int:
-        """Calls in progress (nested steps of one call count apart)."""
-        return self._running
 
     def inside(self) -> bool:
         """Whether the running task is inside one of this store's calls."""
