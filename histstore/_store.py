@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -24,6 +22,7 @@ from ._ops.lists import Lists
 from ._ops.state import State
 from ._ops.state_calls import StateCalls
 from ._ops.text_search import TextSearch
+from ._storage.calls import span_methods
 from ._storage.diagnostics import Diagnostics
 from ._store_edits import EditableCalls
 
@@ -430,19 +429,7 @@ class Store(EditableCalls, StateCalls):
         )
 
 
-def _one_call(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    @functools.wraps(method)
-    async def call(self: Store, *args: Any, **kwargs: Any) -> Any:
-        with self._executor.calls.span():
-            return await method(self, *args, **kwargs)
-
-    return call
-
-
 # Each public coroutine method is one call for ``close()`` from its first line to its
-# end (``_storage.calls``): the steps of a call that close() found running (a settling
-# read after a lost commit, an edit's reads and its commit) are not refused half way.
-for _name in dir(Store):
-    _method = getattr(Store, _name)
-    if not _name.startswith("_") and _name != "close" and inspect.iscoroutinefunction(_method):
-        setattr(Store, _name, _one_call(_method))
+# end: the steps of a call that close() found running (a settling read after a lost
+# commit, an edit's reads and its commit) are not refused half way.
+span_methods(Store, lambda store: store.internals.executor.calls, but=("close",))

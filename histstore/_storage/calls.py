@@ -17,19 +17,30 @@ once and changes nothing.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Collection
 from contextlib import suppress
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from .._errors import HistStoreError
 
-__all__ = ["Calls", "closed_error"]
+__all__ = ["Calls", "closed_error", "span_methods"]
+
+T = TypeVar("T")
 
 _INSIDE: ContextVar[tuple[Calls, ...]] = ContextVar("histstore_calls", default=())
 """The stores (their ``Calls``) whose calls the running task is inside."""
 
 Lifecycle = Literal["open", "closing", "closed"]
+
+_NESTED = object()
+"""``Calls.begin``'s mark of a call begun inside another of the same store's."""
+
+Mark = Token[tuple["Calls", ...]] | object | None
+"""What ``Calls.begin`` returns and ``end`` takes (``None``: the call was not counted)."""
 
 
 def closed_error() -> HistStoreError:
@@ -57,14 +68,34 @@ class Calls:
             raise closed_error()
 
     def call(self) -> _Call:
-        """``with calls.call():`` runs a call (checked first: ``check``)."""
-        return _Call(self, strict=True)
+        """``with calls.call():`` runs a call (``begin``, ``end``)."""
+        return _Call(self)
 
-    def span(self) -> _Call:
-        """``with calls.span():`` runs a public method as one call when the store takes
-        it; else (closing, closed) it runs as it is, and its first statement or program
-        is refused, with the error that method gives (a ``write``'s carries its outcome)."""
-        return _Call(self, strict=False)
+    def begin(self, *, strict: bool = True) -> Mark:
+        """A call begins: counted, and the task's context marked as inside it (unless
+        it was); give what this returns to ``end``. Refused as ``check`` says; not
+        ``strict`` (a public method's span), a refused call instead runs uncounted, and
+        its first step is refused with the error its method gives (a ``write``'s carries
+        its outcome)."""
+        inside = _INSIDE.get()
+        if self.state != "open" and (self.state == "closed" or self not in inside):
+            if strict:
+                raise closed_error()
+            return None
+        self._running += 1
+        return _NESTED if self in inside else _INSIDE.set((*inside, self))
+
+    def end(self, mark: Mark) -> None:
+        """The call ``begin`` began ends."""
+        if mark is None:
+            return
+        if isinstance(mark, Token):
+            with suppress(ValueError):  # ended in another context (a generator closed)
+                _INSIDE.reset(mark)
+        self._running -= 1
+        if not self._running and self._ended is not None:
+            self._ended.set()
+            self._ended = None
 
     def refuse(self) -> None:
         """``close()`` begins: refuse new calls from now on. Raises ``HistStoreError``
@@ -84,39 +115,19 @@ class Calls:
                 self._ended = asyncio.Event()
             await self._ended.wait()
 
-    def enter(self) -> None:
-        """A call begins (checked: ``check``); ``leave`` ends it."""
-        self.check()
-        self._running += 1
-
-    def leave(self) -> None:
-        """A call ends."""
-        self._running -= 1
-        if not self._running and self._ended is not None:
-            self._ended.set()
-            self._ended = None
-
 
 class _Call:
     """One call's span (``Calls.call``); a class rather than a generator, so that its
     exit also runs where a generator's would not (see ``_storage.lending``)."""
 
-    __slots__ = ("_calls", "_counted", "_strict", "_token")
+    __slots__ = ("_calls", "_mark")
 
-    def __init__(self, calls: Calls, *, strict: bool) -> None:
+    def __init__(self, calls: Calls) -> None:
         self._calls = calls
-        self._strict = strict
-        self._counted = False
-        self._token: Token[tuple[Calls, ...]] | None = None
+        self._mark: Mark = None
 
     def __enter__(self) -> None:
-        calls = self._calls
-        if not self._strict and calls.state != "open" and not calls.inside():
-            return
-        calls.enter()
-        self._counted = True
-        inside = _INSIDE.get()
-        self._token = _INSIDE.set((*inside, calls)) if calls not in inside else None
+        self._mark = self._calls.begin()
 
     def __exit__(
         self,
@@ -124,10 +135,28 @@ class _Call:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if not self._counted:
-            return
-        token = self._token
-        if token is not None:
-            with suppress(ValueError):  # ended in another context (a generator closed)
-                _INSIDE.reset(token)
-        self._calls.leave()
+        self._calls.end(self._mark)
+
+
+def span_methods(cls: type[T], calls_of: Callable[[T], Calls], *, but: Collection[str]) -> None:
+    """Make each public coroutine method of ``cls`` (but those named in ``but``) one call
+    of ``calls_of(self)`` from its first line to its end (``Calls.begin``, not strict)."""
+    for name in dir(cls):
+        method = getattr(cls, name)
+        if not name.startswith("_") and name not in but and inspect.iscoroutinefunction(method):
+            setattr(cls, name, _spanned(method, calls_of))
+
+
+def _spanned(
+    method: Callable[..., Awaitable[Any]], calls_of: Callable[[Any], Calls]
+) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls = calls_of(self)
+        mark = calls.begin(strict=False)
+        try:
+            return await method(self, *args, **kwargs)
+        finally:
+            calls.end(mark)
+
+    return call

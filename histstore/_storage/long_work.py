@@ -49,9 +49,12 @@ class LongWork:
     def check(self) -> None:
         raise NotImplementedError
 
+    def _own_loop(self) -> None:
+        raise NotImplementedError
+
     def call(self) -> AbstractContextManager[None]:
         """``with executor.call():`` one call's span (``_storage.calls``), checked first."""
-        self.check()
+        self._own_loop()
         return self.calls.call()
 
     def refuse_writes(self, action: str, conversation: str | None) -> None:
