@@ -22,6 +22,7 @@ from ._ops.lists import Lists
 from ._ops.state import State
 from ._ops.state_calls import StateCalls
 from ._ops.text_search import TextSearch
+from ._storage.calls import span_methods
 from ._storage.diagnostics import Diagnostics
 from ._store_edits import EditableCalls
 
@@ -107,7 +108,8 @@ class Store(EditableCalls, StateCalls):
 
     @property
     def closed(self) -> bool:
-        """Whether the store (or, for a view, the store it belongs to) is closed."""
+        """Whether the store (or, for a view, the store it belongs to) is closed:
+        ``close()`` has ended (while it waits for calls, new ones are already refused)."""
         return self._executor.closed
 
     def scoped(self, user: str) -> Store:
@@ -138,8 +140,18 @@ class Store(EditableCalls, StateCalls):
     async def close(self) -> None:
         """Release the store; disposes the engine when the store owns it. Idempotent.
 
-        Closing a store (not a view) gives every connection it kept back to the pool;
-        after it, every call on the store and its views raises ``HistStoreError``.
+        Closing a store (not a view) first waits for the calls it took before
+        ``close()`` began, on the store and its views: each ends as it would have
+        without the close (a write is stored, or fails for its own reason). A call begun
+        once ``close()`` has begun raises ``HistStoreError`` ("the store is closed"), as
+        every call after it does. Then every connection the store kept goes back to the
+        pool. Cancelling ``close()`` stops the wait; a later ``close()`` goes on.
+
+        Raises:
+            HistStoreError: called from inside one of the store's own calls or
+                transactions (code the store awaits meanwhile), which it would wait for
+                forever: nothing is closed, the call goes on and ends as it would
+                (committed, or rolled back when it raises); close after it.
         """
         if not self._is_view:
             await self._executor.close(dispose=self._owns_engine)
@@ -415,3 +427,9 @@ class Store(EditableCalls, StateCalls):
             order=order,
             descending=descending,
         )
+
+
+# Each public coroutine method is one call for ``close()`` from its first line to its
+# end: the steps of a call that close() found running (a settling read after a lost
+# commit, an edit's reads and its commit) are not refused half way.
+span_methods(Store, lambda store: store.internals.executor.calls, but=("close",))

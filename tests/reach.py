@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from histstore import Store
+from histstore._core.ids import new_key
+from histstore._ops.history import History
 from histstore._storage.drivers import EXECUTE, FETCH, Program
 
 T = TypeVar("T")
@@ -63,6 +65,22 @@ async def holding_the_write_turn(store: Store, lock: str | None = None) -> Async
             await tx.run(_noop(store))
         else:
             await tx.run(_lock(store, lock))
+        yield
+
+
+@asynccontextmanager
+async def writing_in_a_transaction(
+    store: Store, conversation: str, messages: list[dict[str, Any]]
+) -> AsyncIterator[None]:
+    """A write transaction of the store's own, of the kind import and copy hold while
+    code the store awaits runs (nothing public opens one around a caller's code), that
+    appended ``messages`` to ``conversation`` as ``write`` does: uncommitted while the
+    block runs, committed when it ends, rolled back when it raises."""
+    history = History(store.internals)
+    batch = await history.prepare(conversation, messages)
+    program = history._append(conversation, batch, None, new_key(), False)
+    async with store.internals.executor.transaction(action="write in a transaction") as tx:
+        await tx.run(program, conversation=conversation)
         yield
 
 

@@ -20,8 +20,8 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.util import greenlet_spawn
 
-from .._errors import HistStoreError
 from .append_groups import IN_FLIGHT, AppendGroups, statement_sender
+from .calls import Calls
 from .completion import run_to_completion
 from .connections import ConnectionCache, release_connections, spare
 from .dberrors import DATABASE_ERRORS, DatabaseFailure, connection_lost, failure, not_committed
@@ -103,7 +103,8 @@ class Executor(LongWork):
             capacity=capacity,
             backoff=self._backoff,
         )
-        self._closed = False
+        self.calls = Calls()
+        """The calls in progress and the lifecycle (``_storage.calls``)."""
         given: dict[str, Any] = {} if sqlite is None else {SETTINGS_OPTION: sqlite}
         modes = {m: _dialects.mode_options(self.dialect, m) for m in ("read", "snapshot", "write")}
         self._engines = {m: engine.execution_options(**given, **o) for m, o in modes.items()}
@@ -147,8 +148,8 @@ class Executor(LongWork):
 
     @property
     def closed(self) -> bool:
-        """Whether ``close()`` was called."""
-        return self._closed
+        """Whether ``close()`` has ended (it waits for the calls it found)."""
+        return self.calls.state == "closed"
 
     @property
     def idle_connections(self) -> int:
@@ -167,35 +168,26 @@ class Executor(LongWork):
                 f"{action}{where} refused: the store was opened with read_only=True"
             )
 
-    def check(self) -> None:
-        """Refuse work on a closed store, or from another event loop than the store's."""
-        if self._closed:
-            raise HistStoreError("the store is closed")
-        loop = asyncio.get_running_loop()
-        if self._loop is None:
-            self._loop = loop
-        elif loop is not self._loop:
-            raise HistStoreError(
-                "the store was opened on another event loop; open one store per event loop"
-            )
-
     async def close(self, *, dispose: bool) -> None:
         """Give every kept connection back; with ``dispose`` close the engine too (from
-        any loop once the store's own has closed: ``_storage.orphans``)."""
-        if self._closed:
+        any loop once the store's own has closed: ``_storage.orphans``). Waits first for
+        the calls the store took (``_storage.calls``)."""
+        if self.closed:
             return
         orphaned = self._loop is not None and self._loop.is_closed()
         if not orphaned:
-            self.check()
+            self._own_loop()
+            self.calls.refuse()
             if self.writer is not None:
                 await self.writer.stop()
+            await self.calls.wait()
             await self._appends.wait_idle()
             await self._reads.wait_idle()
             if self.indexer is not None:
                 await self.indexer.close()
             if self.writer is not None:
                 await self.writer.close()
-        self._closed = True
+        self.calls.state = "closed"
         kept = (self._cache, self._statement_writes)
         lent = None if self.writer is None or not orphaned else self.writer.connection.abandon()
         extra = [lent.raw] if isinstance(lent, LentConnection) and lent.raw is not None else []
@@ -218,8 +210,8 @@ class Executor(LongWork):
         if not self._grouped:
             await self.write(program, action="indexing search text")
         else:
-            self.check()
-            await self._index_in_queue(program)
+            with self.call():
+                await self._index_in_queue(program)
 
     async def _index_in_queue(self, program: Program[bool]) -> bool:
         """An indexing run in the SQLite writer's queue, marked as such: it lists nothing."""
@@ -294,49 +286,44 @@ class Executor(LongWork):
         new connection: it changes nothing, so that is safe, and a connection that died
         unnoticed (a server restart, a dropped network path) then costs no failure.
         """
-        self.check()
-        if group is not None:
-            try:
-                return await self._limited(
-                    self._reads.submit(stmt, group, params, action, conversation)
-                )
-            except CallTimeout as exc:
-                raise failure(action, conversation, exc, "body") from exc
-
-        tries: tuple[bool, ...] = (True, False)
-        if inline and self.driver.reads_now and self._reading.free():
-            lent = self._now  # what the lines below do when they wait for nothing
-            try:
-                rows = lent.read_now(stmt, params)
-            except BaseException as exc:
-                await lent.hand_over().__aexit__(type(exc), exc, exc.__traceback__)
-                if not isinstance(exc, DATABASE_ERRORS):
-                    raise
-                if not connection_lost(exc):
+        with self.call():
+            if group is not None:
+                try:
+                    return await self._limited(
+                        self._reads.submit(stmt, group, params, action, conversation)
+                    )
+                except CallTimeout as exc:
                     raise failure(action, conversation, exc, "body") from exc
-                tries = (False,)  # once more, on a new connection
-            else:
+
+            tries: tuple[bool, ...] = (True, False)
+            if inline and self.driver.reads_now and self._reading.free():
+                try:  # what the lines below do when they wait for nothing
+                    rows = self._now.read_now(stmt, params)
+                except BaseException as exc:  # noqa: BLE001 - read_failed raises or retries
+                    rows, tries = None, await self._now.read_failed(exc, action, conversation)
                 if rows is not None:
                     return rows
 
-        async def run() -> Sequence[Any]:
-            for again in tries:
-                opened = False
-                try:
-                    async with self._connection() as conn:
-                        opened = True
-                        return await self.driver.fetch(conn, stmt, params, inline=inline)
-                except DATABASE_ERRORS as exc:
-                    if again and opened and connection_lost(exc):
-                        continue  # once more, on a new connection
-                    raise failure(action, conversation, exc, "body") from exc
-            raise AssertionError("unreachable")
+            async def run() -> Sequence[Any]:
+                for again in tries:
+                    opened = False
+                    try:
+                        async with self._connection() as conn:
+                            opened = True
+                            return await self.driver.fetch(conn, stmt, params, inline=inline)
+                    except DATABASE_ERRORS as exc:
+                        if again and opened and connection_lost(exc):
+                            continue  # once more, on a new connection
+                        raise failure(action, conversation, exc, "body") from exc
+                raise AssertionError("unreachable")
 
-        try:
-            async with self._reading:
-                return await (run_to_completion(run()) if self._in_memory else self._limited(run()))
-        except CallTimeout as exc:
-            raise failure(action, conversation, exc, "body") from exc
+            try:
+                async with self._reading:
+                    return await (
+                        run_to_completion(run()) if self._in_memory else self._limited(run())
+                    )
+            except CallTimeout as exc:
+                raise failure(action, conversation, exc, "body") from exc
 
     async def write(
         self,
@@ -358,42 +345,48 @@ class Executor(LongWork):
         ``lists``: about how many messages it lists for the full-text index (0: none,
         as the indexer's). ``short``: a few rows written (``_storage.sqlite_writer``).
         """
-        self.check()
-        self.refuse_writes(action, conversation)
+        with self.call():
+            self.refuse_writes(action, conversation)
 
-        async def attempt(phase: Phase) -> T | Rollback[T]:
-            async with self._write_connection(self._statement_writes if single else None) as conn:
-                if single:
-                    phase.name = "commit"  # its own commit, from the moment it is sent
-                return await self.driver.run(conn, program, phase, begin=not single, end=not single)
+            async def attempt(phase: Phase) -> T | Rollback[T]:
+                async with self._write_connection(
+                    self._statement_writes if single else None
+                ) as conn:
+                    if single:
+                        phase.name = "commit"  # its own commit, from the moment it is sent
+                    return await self.driver.run(
+                        conn, program, phase, begin=not single, end=not single
+                    )
 
-        async def run() -> T:
-            phase = Phase()
-            try:
-                value = await self._limited(attempt(phase))
-                phase.name = "done"
-            except DATABASE_ERRORS as exc:
-                # A server that answered with an error (a cancelled statement, a refused
-                # COMMIT) ended the transaction uncommitted, as did a statement the driver
-                # never sent: only a lost answer leaves the outcome unknown.
-                name = "body" if phase.name == "commit" and not_committed(exc) else phase.name
-                raise failure(action, conversation, exc, name) from exc
-            return value.value if isinstance(value, Rollback) else value
+            async def run() -> T:
+                phase = Phase()
+                try:
+                    value = await self._limited(attempt(phase))
+                    phase.name = "done"
+                except DATABASE_ERRORS as exc:
+                    # A server that answered with an error (a cancelled statement, a refused
+                    # COMMIT) ended the transaction uncommitted, as did a statement the driver
+                    # never sent: only a lost answer leaves the outcome unknown.
+                    name = "body" if phase.name == "commit" and not_committed(exc) else phase.name
+                    raise failure(action, conversation, exc, name) from exc
+                return value.value if isinstance(value, Rollback) else value
 
-        if self._grouped and self.writer is not None and not single:
-            return await self.writer.submit(program, action, conversation, short=short, lists=lists)
-        if single and not self._gated:
-            # One statement is its own transaction on the server: a cancellation during
-            # it leaves nothing half done (the connection, whose state is then unknown,
-            # is dropped), so it needs no task of its own to run it to the end.
-            value = await run()
-        else:
-            # Waiting for the write turn can be cancelled; the transaction, once begun, ends.
-            async with self._writing(action, conversation):
-                value = await run_to_completion(run(), grace=self._write_grace)
-        if lists:
-            self.listed(lists)
-        return value
+            if self._grouped and self.writer is not None and not single:
+                return await self.writer.submit(
+                    program, action, conversation, short=short, lists=lists
+                )
+            if single and not self._gated:
+                # One statement is its own transaction on the server: a cancellation during
+                # it leaves nothing half done (the connection, whose state is then unknown,
+                # is dropped), so it needs no task of its own to run it to the end.
+                value = await run()
+            else:
+                # Waiting for the write turn can be cancelled; the transaction, once begun, ends.
+                async with self._writing(action, conversation):
+                    value = await run_to_completion(run(), grace=self._write_grace)
+            if lists:
+                self.listed(lists)
+            return value
 
     async def append(
         self,
@@ -407,36 +400,36 @@ class Executor(LongWork):
         """Run the append statement ``one`` with ``params`` as its own transaction and
         return its rows; concurrent appends go together in a ``group`` statement where
         there is one, each still getting its own rows or failure (``append_groups``)."""
-        self.check()
-        self.refuse_writes(action, params["c"])
-        rows = await self._appends.append(one, group, params, action)
-        if lists:
-            self.listed(lists)
-        return rows
+        with self.call():
+            self.refuse_writes(action, params["c"])
+            rows = await self._appends.append(one, group, params, action)
+            if lists:
+                self.listed(lists)
+            return rows
 
     async def snapshot(
         self, program: Program[T], *, action: str, conversation: str | None = None
     ) -> T:
         """Run ``program``, which only reads, in one snapshot transaction that takes no
         write lock and is rolled back at its end; return its value."""
-        self.check()
+        with self.call():
 
-        async def attempt() -> T | Rollback[T]:
-            async with self._connection() as conn:
-                return await self.driver.run(
-                    conn, _rolled_back(program), Phase(), begin=True, end=True, snapshot=True
-                )
+            async def attempt() -> T | Rollback[T]:
+                async with self._connection() as conn:
+                    return await self.driver.run(
+                        conn, _rolled_back(program), Phase(), begin=True, end=True, snapshot=True
+                    )
 
-        async def run() -> T:
-            try:
-                value = await self._limited(attempt())
-            except DATABASE_ERRORS as exc:
-                raise failure(action, conversation, exc, "body") from exc
-            assert isinstance(value, Rollback)
-            return value.value
+            async def run() -> T:
+                try:
+                    value = await self._limited(attempt())
+                except DATABASE_ERRORS as exc:
+                    raise failure(action, conversation, exc, "body") from exc
+                assert isinstance(value, Rollback)
+                return value.value
 
-        async with self._reading:
-            return await run_to_completion(run(), grace=self._read_grace)
+            async with self._reading:
+                return await run_to_completion(run(), grace=self._read_grace)
 
 
 def _rolled_back(program: Program[T]) -> Program[T]:

@@ -23,7 +23,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from .._errors import HistStoreError
-from .dberrors import connection_lost
+from .dberrors import DATABASE_ERRORS, connection_lost, failure
 from .engine import SETUP_KEY, sqlite_setup
 
 if TYPE_CHECKING:
@@ -113,6 +113,20 @@ class LentConnection:
         except BaseException:
             self._raw = cache.take_newest()
             raise
+
+    async def read_failed(
+        self, exc: BaseException, action: str, conversation: str | None
+    ) -> tuple[bool, ...]:
+        """After ``read_now`` raised ``exc`` (for ``Executor.fetch``): the connection goes
+        to a lending that ends it as ``async with``'s would; raises ``exc``, typed when a
+        database's (``DatabaseFailure``, its cause), unless the connection was lost:
+        then the tries left to the usual way (one, on a new connection)."""
+        await self.hand_over().__aexit__(type(exc), exc, exc.__traceback__)
+        if not isinstance(exc, DATABASE_ERRORS):
+            raise exc
+        if not connection_lost(exc):
+            raise failure(action, conversation, exc, "body") from exc
+        return (False,)
 
     def hand_over(self) -> LentConnection:
         """A lending of the connection ``read_now`` left lent; this one lends none."""

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from .._errors import HistStoreError
+from .calls import Calls
 from .completion import run_to_completion
 from .dberrors import DATABASE_ERRORS, failure, not_committed
 from .deadlines import CallTimeout
@@ -37,15 +38,34 @@ class LongWork:
     attributes and methods below the annotations are the executor's own."""
 
     driver: Driver
+    calls: Calls
     _engines: dict[str, AsyncEngine]
     _sqlite: SqliteSettings | None
     _limit: float | None
     _read_grace: float | None
     _write_grace: float | None
     writer: SqliteWriter | None
+    _loop: asyncio.AbstractEventLoop | None
 
     def check(self) -> None:
-        raise NotImplementedError
+        """Refuse a call on a closed or closing store (``_storage.calls``), or from
+        another event loop than the store's."""
+        self.calls.check()
+        self._own_loop()
+
+    def _own_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            raise HistStoreError(
+                "the store was opened on another event loop; open one store per event loop"
+            )
+
+    def call(self) -> AbstractContextManager[None]:
+        """``with executor.call():`` one call's span (``_storage.calls``), checked first."""
+        self._own_loop()
+        return self.calls.call()
 
     def refuse_writes(self, action: str, conversation: str | None) -> None:
         raise NotImplementedError
@@ -70,27 +90,27 @@ class LongWork:
         """A write transaction for several programs; committed when the block ends
         normally, rolled back when it raises. Not shielded from cancellation: the
         connection of an interrupted transaction is dropped, never reused."""
-        self.check()
-        self.refuse_writes(action, None)
-        try:
-            async with self._writing(action, None), self._write_connection() as conn:
-                tx = Transaction(self.driver, conn, self.listed)
-                try:
-                    yield tx
-                except BaseException as exc:
-                    # Cancelled on Postgres: the connection is given up (the server may
-                    # not answer a ROLLBACK), which rolls the transaction back.
-                    gave_up = isinstance(exc, asyncio.CancelledError) and self._sqlite is None
-                    if tx.begun and not gave_up:
-                        try:
-                            if self.driver.in_transaction(conn):
-                                await self.driver.execute_sql(conn, "ROLLBACK")
-                        except Exception:  # noqa: BLE001 - the connection is dropped
-                            raise ConnectionError("rollback failed") from None
-                    raise
-                await tx.commit()
-        except DATABASE_ERRORS as exc:
-            raise failure(action, None, exc, "body") from exc
+        with self.call():
+            self.refuse_writes(action, None)
+            try:
+                async with self._writing(action, None), self._write_connection() as conn:
+                    tx = Transaction(self.driver, conn, self.listed)
+                    try:
+                        yield tx
+                    except BaseException as exc:
+                        # Cancelled on Postgres: the connection is given up (the server may
+                        # not answer a ROLLBACK), which rolls the transaction back.
+                        gave_up = isinstance(exc, asyncio.CancelledError) and self._sqlite is None
+                        if tx.begun and not gave_up:
+                            try:
+                                if self.driver.in_transaction(conn):
+                                    await self.driver.execute_sql(conn, "ROLLBACK")
+                            except Exception:  # noqa: BLE001 - the connection is dropped
+                                raise ConnectionError("rollback failed") from None
+                        raise
+                    await tx.commit()
+            except DATABASE_ERRORS as exc:
+                raise failure(action, None, exc, "body") from exc
 
     async def run(
         self,
@@ -104,42 +124,42 @@ class LongWork:
         ``_storage.statements.dialects.mode_options``), to its end even when cancelled.
         A write on an SQLite file runs in the writer's turn on its one write connection
         (``lending.CoreOnWriter``); other work on a connection of the pool."""
-        self.check()
-        if mode == "write":
-            self.refuse_writes(action, conversation)
-        engine = self._engines[mode]
-        writer = self.writer if mode == "write" else None
+        with self.call():
+            if mode == "write":
+                self.refuse_writes(action, conversation)
+            engine = self._engines[mode]
+            writer = self.writer if mode == "write" else None
 
-        def connect() -> AbstractAsyncContextManager[AsyncConnection]:
-            return self._core(engine) if writer is None else CoreOnWriter(writer, engine)
+            def connect() -> AbstractAsyncContextManager[AsyncConnection]:
+                return self._core(engine) if writer is None else CoreOnWriter(writer, engine)
 
-        async def attempt(phase: Phase) -> T:
-            # Given up inside the work (before SQLAlchemy's ROLLBACK) and in its COMMIT.
-            async with connect() as conn, self._abandoned_if_cancelled(conn):
-                async with conn.begin():
-                    async with self._abandoned_if_cancelled(conn):
-                        value = await work(conn)
-                    phase.name = "commit"  # the block's end commits
-                phase.name = "done"
-                return value
+            async def attempt(phase: Phase) -> T:
+                # Given up inside the work (before SQLAlchemy's ROLLBACK) and in its COMMIT.
+                async with connect() as conn, self._abandoned_if_cancelled(conn):
+                    async with conn.begin():
+                        async with self._abandoned_if_cancelled(conn):
+                            value = await work(conn)
+                        phase.name = "commit"  # the block's end commits
+                    phase.name = "done"
+                    return value
 
-        async def transaction() -> T:
-            phase = Phase()
-            try:
-                return await self._limited(attempt(phase))
-            except HistStoreError:
-                raise
-            except DATABASE_ERRORS as exc:
-                uncommitted = phase.name == "commit" and not_committed(exc)
-                name = "body" if mode != "write" or uncommitted else phase.name
-                raise failure(action, conversation, exc, name) from exc
+            async def transaction() -> T:
+                phase = Phase()
+                try:
+                    return await self._limited(attempt(phase))
+                except HistStoreError:
+                    raise
+                except DATABASE_ERRORS as exc:
+                    uncommitted = phase.name == "commit" and not_committed(exc)
+                    name = "body" if mode != "write" or uncommitted else phase.name
+                    raise failure(action, conversation, exc, name) from exc
 
-        if mode != "write":
-            return await run_to_completion(transaction(), grace=self._read_grace)
-        async with self._writing(action, conversation):
-            value = await run_to_completion(transaction(), grace=self._write_grace)
-        self.listed()
-        return value
+            if mode != "write":
+                return await run_to_completion(transaction(), grace=self._read_grace)
+            async with self._writing(action, conversation):
+                value = await run_to_completion(transaction(), grace=self._write_grace)
+            self.listed()
+            return value
 
     @asynccontextmanager
     async def session(
@@ -148,19 +168,19 @@ class LongWork:
         """A SQLAlchemy connection in one transaction of ``mode`` for streaming reads
         (export); the transaction ends with the block. Reads only: a write is ``run``'s,
         in the writer's turn."""
-        self.check()
-        try:
-            async with (
-                self._core(self._engines[mode]) as conn,
-                self._abandoned_if_cancelled(conn),
-                conn.begin(),
-                self._abandoned_if_cancelled(conn),
-            ):
-                yield conn
-        except HistStoreError:
-            raise
-        except DATABASE_ERRORS as exc:
-            raise failure(action, None, exc, "body") from exc
+        with self.call():
+            try:
+                async with (
+                    self._core(self._engines[mode]) as conn,
+                    self._abandoned_if_cancelled(conn),
+                    conn.begin(),
+                    self._abandoned_if_cancelled(conn),
+                ):
+                    yield conn
+            except HistStoreError:
+                raise
+            except DATABASE_ERRORS as exc:
+                raise failure(action, None, exc, "body") from exc
 
     # ------------------------------------------------------------------ giving up
 

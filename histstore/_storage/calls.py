@@ -1,0 +1,163 @@
+"""A store's calls in progress, for ``close()``: the one rule of every backend.
+
+A call the store took before ``close()`` began (a public method running, a statement
+or program of the executor's, a transaction or a session) ends as it would have without
+the close, which waits for it: what it needs after that (a queued append's group, a
+settling read, the next program of a multi-step call, the indexing its writes listed)
+is still done. A call that begins once ``close()`` has begun is refused, before it
+touches anything, with the closed store's ``HistStoreError``.
+
+A call is known by its task: entering one marks the task's context (a ``ContextVar``,
+which the tasks it starts inherit, as the groups' and a write's own tasks do), so that
+the call's further steps are taken while closing. A ``close()`` from inside one of the
+store's own calls (a transaction block, a callback) would wait for itself: it raises at
+once and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import Awaitable, Callable, Collection
+from contextvars import ContextVar, Token
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+from .._errors import HistStoreError
+
+__all__ = ["Calls", "closed_error", "span_methods"]
+
+T = TypeVar("T")
+
+_INSIDE: ContextVar[tuple[Calls, ...]] = ContextVar("histstore_calls", default=())
+"""The stores (their ``Calls``) whose calls the running task is inside."""
+
+Lifecycle = Literal["open", "closing", "closed"]
+
+_NESTED = object()
+"""``Calls.begin``'s mark of a call begun inside another of the same store's."""
+
+Mark = Token[tuple["Calls", ...]] | object | None
+"""What ``Calls.begin`` returns and ``end`` takes (``None``: the call was not counted)."""
+
+
+def closed_error() -> HistStoreError:
+    """The error of a call on a closed (or closing) store."""
+    return HistStoreError("the store is closed")
+
+
+class Calls:
+    """A store's calls in progress and its lifecycle (``open``, ``closing``, ``closed``;
+    see the module)."""
+
+    def __init__(self) -> None:
+        self.state: Lifecycle = "open"
+        self._running = 0  # calls in progress (a call's nested steps count apart)
+        self._ended: asyncio.Event | None = None
+
+    def inside(self) -> bool:
+        """Whether the running task is inside one of this store's calls."""
+        return self in _INSIDE.get()
+
+    def check(self) -> None:
+        """Refuse a call that begins now: the store is closed, or closing and the task
+        is not inside one of its calls."""
+        if self.state == "closed" or (self.state == "closing" and not self.inside()):
+            raise closed_error()
+
+    def call(self) -> _Call:
+        """``with calls.call():`` runs a call (``begin``, ``end``)."""
+        return _Call(self)
+
+    def begin(self, *, strict: bool = True) -> Mark:
+        """A call begins: counted, and the task's context marked as inside it (unless
+        it was); give what this returns to ``end``. Refused as ``check`` says; not
+        ``strict`` (a public method's span), a refused call instead runs uncounted, and
+        its first step is refused with the error its method gives (a ``write``'s carries
+        its outcome)."""
+        inside = _INSIDE.get()
+        if self.state != "open" and (self.state == "closed" or self not in inside):
+            if strict:
+                raise closed_error()
+            return None
+        self._running += 1
+        return _NESTED if self in inside else _INSIDE.set((*inside, self))
+
+    def end(self, mark: Mark) -> None:
+        """The call ``begin`` began ends."""
+        if mark is None:
+            return
+        if mark is not _NESTED:
+            try:  # noqa: SIM105 - suppress() would cost an object per call
+                _INSIDE.reset(mark)  # type: ignore[arg-type]
+            except ValueError:  # ended in another context (a generator closed)
+                pass
+        self._running -= 1
+        if not self._running and self._ended is not None:
+            self._ended.set()
+            self._ended = None
+
+    def refuse(self) -> None:
+        """``close()`` begins: refuse new calls from now on. Raises ``HistStoreError``
+        at once from inside a call (``wait`` would wait for itself), changing nothing."""
+        if self.inside():
+            raise HistStoreError(
+                "close() inside one of the store's own calls or transactions would wait "
+                "for itself; close the store once that call has ended"
+            )
+        if self.state == "open":
+            self.state = "closing"
+
+    async def wait(self) -> None:
+        """Wait for the calls in progress (cancellable: a later ``close()`` waits on)."""
+        while self._running:
+            if self._ended is None:
+                self._ended = asyncio.Event()
+            await self._ended.wait()
+
+
+class _Call:
+    """One call's span (``Calls.call``); a class rather than a generator, so that its
+    exit also runs where a generator's would not (see ``_storage.lending``)."""
+
+    __slots__ = ("_calls", "_mark")
+
+    def __init__(self, calls: Calls) -> None:
+        self._calls = calls
+        self._mark: Mark = None
+
+    def __enter__(self) -> None:
+        self._mark = self._calls.begin()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._calls.end(self._mark)
+
+
+def span_methods(cls: type[T], calls_of: Callable[[T], Calls], *, but: Collection[str]) -> None:
+    """Make each public coroutine method of ``cls`` (but those named in ``but``) one call
+    of ``calls_of(self)`` from its first line to its end (``Calls.begin``, not strict)."""
+    for name in dir(cls):
+        method = getattr(cls, name)
+        if not name.startswith("_") and name not in but and inspect.iscoroutinefunction(method):
+            setattr(cls, name, _spanned(method, calls_of))
+
+
+def _spanned(
+    method: Callable[..., Awaitable[Any]], calls_of: Callable[[Any], Calls]
+) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls = calls_of(self)
+        mark = calls.begin(strict=False)
+        try:
+            return await method(self, *args, **kwargs)
+        finally:
+            calls.end(mark)
+
+    return call
