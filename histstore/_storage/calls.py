@@ -30,16 +30,40 @@ __all__ = ["Calls", "closed_error", "span_methods"]
 
 T = TypeVar("T")
 
-_INSIDE: ContextVar[tuple[Calls, ...]] = ContextVar("histstore_calls", default=())
-"""The stores (their ``Calls``) whose calls the running task is inside."""
+
+class _Open:
+    """An outermost call of a store, as the contexts of its task and of the tasks it
+    starts hold it. Those tasks' further steps (a group's leader running the next
+    group) are the store's work under way while it closes, even after the call ended;
+    but only a ``live`` call would make ``close()`` wait for itself (a context may keep
+    an ended call where ``ContextVar.reset`` could not run, e.g. an async generator
+    finalized in another task)."""
+
+    __slots__ = ("calls", "live", "token")
+
+    def __init__(self, calls: Calls) -> None:
+        self.calls = calls
+        self.live = True
+        self.token: Token[tuple[_Open, ...]] | None = None
+
+
+_INSIDE: ContextVar[tuple[_Open, ...]] = ContextVar("histstore_calls", default=())
+"""The outermost calls the running task is inside (some may have ended: see ``_Open``)."""
 
 Lifecycle = Literal["open", "closing", "closed"]
 
 _NESTED = object()
 """``Calls.begin``'s mark of a call begun inside another of the same store's."""
 
-Mark = Token[tuple["Calls", ...]] | object | None
+Mark = _Open | object | None
 """What ``Calls.begin`` returns and ``end`` takes (``None``: the call was not counted)."""
+
+
+def _inside(calls: Calls, marks: tuple[_Open, ...], live: bool) -> bool:
+    for mark in marks:  # noqa: SIM110 - a loop, no generator per call
+        if mark.calls is calls and (mark.live or not live):
+            return True
+    return False
 
 
 def closed_error() -> HistStoreError:
@@ -56,9 +80,10 @@ class Calls:
         self._running = 0  # calls in progress (a call's nested steps count apart)
         self._ended: asyncio.Event | None = None
 
-    def inside(self) -> bool:
-        """Whether the running task is inside one of this store's calls."""
-        return self in _INSIDE.get()
+    def inside(self, *, live: bool = False) -> bool:
+        """Whether the running task is inside one of this store's calls (one that has
+        not ended, with ``live``)."""
+        return _inside(self, _INSIDE.get(), live)
 
     def check(self) -> None:
         """Refuse a call that begins now: the store is closed, or closing and the task
@@ -76,21 +101,26 @@ class Calls:
         ``strict`` (a public method's span), a refused call instead runs uncounted, and
         its first step is refused with the error its method gives (a ``write``'s carries
         its outcome)."""
-        inside = _INSIDE.get()
-        if self.state != "open" and (self.state == "closed" or self not in inside):
+        marks = _INSIDE.get()
+        if self.state != "open" and (self.state == "closed" or not _inside(self, marks, False)):
             if strict:
                 raise closed_error()
             return None
         self._running += 1
-        return _NESTED if self in inside else _INSIDE.set((*inside, self))
+        if _inside(self, marks, True):
+            return _NESTED
+        mark = _Open(self)
+        mark.token = _INSIDE.set((*(m for m in marks if m.live), mark))
+        return mark
 
     def end(self, mark: Mark) -> None:
         """The call ``begin`` began ends."""
         if mark is None:
             return
-        if mark is not _NESTED:
+        if isinstance(mark, _Open):
+            mark.live = False
             try:  # noqa: SIM105 - suppress() would cost an object per call
-                _INSIDE.reset(mark)  # type: ignore[arg-type]
+                _INSIDE.reset(mark.token)  # type: ignore[arg-type]
             except ValueError:  # ended in another context (a generator closed)
                 pass
         self._running -= 1
@@ -101,7 +131,7 @@ class Calls:
     def refuse(self) -> None:
         """``close()`` begins: refuse new calls from now on. Raises ``HistStoreError``
         at once from inside a call (``wait`` would wait for itself), changing nothing."""
-        if self.inside():
+        if self.inside(live=True):
             raise HistStoreError(
                 "close() inside one of the store's own calls or transactions would wait "
                 "for itself; close the store once that call has ended"
