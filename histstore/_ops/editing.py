@@ -125,7 +125,9 @@ class Editing:
         else:
             work = commit_writes(self._ctx, cid, before, after, stamped, now)
         program = persist(self._ctx, cid, work, stamped, now)
-        revision = await self._ctx.executor.write(program, action="commit", conversation=cid)
+        revision = await self._ctx.executor.write(
+            program, action="commit", conversation=cid, lists=len(work.entries)
+        )
         conv.mark_saved(stamped)
         return revision
 

@@ -60,6 +60,11 @@ def _replay(target: Target, op: tuple[int, Any]) -> Steps[None]:
     return target.items(value)
 
 
+def _messages_in(ops: list[tuple[int, Any]]) -> int:
+    """How many messages ``ops`` write (what they list for the full-text index)."""
+    return sum(len(value) for kind, value in ops if kind == _MESSAGES)
+
+
 def _whole(target: Target, ops: list[tuple[int, Any]]) -> Steps[bool | None]:
     """A small conversation in one program: ``None`` when a view may not see it."""
     if not (yield from target.open()):
@@ -153,7 +158,7 @@ class Writer:
         cur = self._current
         assert cur is not None
         if cur.target is not None:
-            await self._step(cur, _replay(cur.target, op))
+            await self._step(cur, _replay(cur.target, op), _messages_in([op]))
             return
         cur.ops.append(op)
         cur.size += size
@@ -175,7 +180,7 @@ class Writer:
         cur.target = target
         ops, cur.ops = cur.ops, []
         for op in ops:
-            await self._step(cur, _replay(target, op))
+            await self._step(cur, _replay(target, op), _messages_in([op]))
 
     async def _finish(self, cur: _Current) -> None:
         """End a streamed conversation and commit its transaction (rolled back on error)."""
@@ -190,10 +195,10 @@ class Writer:
         await cur.stack.aclose()  # commits
         self._done(cur.incoming, changed)
 
-    async def _step(self, cur: _Current, program: Steps[None]) -> None:
+    async def _step(self, cur: _Current, program: Steps[None], lists: int) -> None:
         assert cur.tx is not None
         await self._settle()
-        self._start(cur.tx.run(program, conversation=cur.incoming.id))
+        self._start(cur.tx.run(program, conversation=cur.incoming.id, lists=lists))
 
     async def _flush_group(self) -> None:
         group, self._group, self._group_size = self._group, [], 0
@@ -207,7 +212,11 @@ class Writer:
         async with self._ctx.executor.transaction(action=self._action) as tx:
             for cur in group:
                 target = Target(self._ctx, cur.incoming)
-                changed = await tx.run(_whole(target, cur.ops), conversation=cur.incoming.id)
+                changed = await tx.run(
+                    _whole(target, cur.ops),
+                    conversation=cur.incoming.id,
+                    lists=_messages_in(cur.ops),
+                )
                 if changed is None:
                     refused = cur.incoming.id
                     break

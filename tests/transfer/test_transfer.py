@@ -283,3 +283,28 @@ async def test_what_a_failed_import_leaves_does_not_depend_on_batch(
         got = await snapshot(store, ids)
         results.append([got[cid] for cid in ids])
     assert all(r == results[0] for r in results)
+
+
+# ------------------------------------------------------------------- the full-text index
+
+
+async def test_an_import_is_indexed_while_it_goes_on(store: histstore.Store) -> None:
+    """An import counts the messages it lists for SQLite's full-text index, so the
+    background indexer keeps up with it: what it leaves to ``close()`` (or to the next
+    search) stays within a chunk (``search_index.CHUNK``), however much it imported."""
+    from sqlalchemy import text
+    from waiting import eventually
+
+    from histstore._storage.search_index import CHUNK, PENDING_TABLE
+
+    indexer = store.internals.executor.indexer
+    if indexer is None:
+        pytest.skip("this backend has no background indexer")
+    n = CHUNK // 100 + 60  # conversations of 100 messages: more than a chunk in all
+    lines = dump(*(conversation(new_id(), 100) for _ in range(n)))
+    await import_store(store, lines, batch=1_000)
+    await eventually(lambda: indexer.state == "idle", "the indexer's run to end")
+    async with store.engine.connect() as conn:
+        listed = await conn.execute(text(f"SELECT count(*) FROM {PENDING_TABLE}"))
+        assert listed.scalar_one() < CHUNK
+    assert len(await store.search("m", limit=5)) == 5
