@@ -10,8 +10,9 @@ touches anything, with the closed store's ``HistStoreError``.
 A call is known by its task: entering one marks the task's context (a ``ContextVar``,
 which the tasks it starts inherit, as the groups' and a write's own tasks do), so that
 the call's further steps are taken while closing. A ``close()`` from inside one of the
-store's own calls (a transaction block, a callback) would wait for itself: it raises at
-once and changes nothing.
+store's own calls that has not ended (a transaction block, a callback) would wait for
+itself: it raises at once and changes nothing. A context may keep the mark of a call
+that ended (see ``_Open``): that call no longer stops ``close()``.
 """
 
 from __future__ import annotations
