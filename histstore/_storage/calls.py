@@ -21,7 +21,6 @@ import asyncio
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Collection
-from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -68,10 +67,6 @@ def _inside(calls: Calls, marks: tuple[_Open, ...], live: bool) -> bool:
     return False
 
 
-_UNDER_WAY: AbstractContextManager[None] = nullcontext()
-"""``Calls.call``'s span of a step of a call under way (reusable)."""
-
-
 def closed_error() -> HistStoreError:
     """The error of a call on a closed (or closing) store."""
     return HistStoreError("the store is closed")
@@ -97,11 +92,8 @@ class Calls:
         if self.state == "closed" or (self.state == "closing" and not self.inside()):
             raise closed_error()
 
-    def call(self) -> AbstractContextManager[None]:
-        """``with calls.call():`` runs a call (``begin``, ``end``); nothing to do for a
-        step of a call under way (that call is counted)."""
-        if self.state == "open" and _inside(self, _INSIDE.get(), True):
-            return _UNDER_WAY
+    def call(self) -> _Call:
+        """``with calls.call():`` runs a call (``begin``, ``end``)."""
         return _Call(self)
 
     def begin(self, *, strict: bool = True) -> Mark:
