@@ -173,7 +173,7 @@ class Editing:
             raise not_revision(conversation, revision)
         ctx = self._ctx
 
-        def program() -> Program[int]:
+        def program() -> Program[tuple[int, int]]:
             head = yield FETCH, ctx.sql.edit.lock, ctx.params(conversation)
             if not head:
                 raise not_found(conversation)
@@ -182,7 +182,7 @@ class Editing:
             if revision > current:
                 raise not_revision(conversation, revision)
             if revision == current:
-                return Rollback(current)
+                return Rollback((current, 0))
             found: Window
             found, now_entries = yield from window_after(ctx, conversation, head[0], revision)
             got = yield FETCH, ctx.sql.edit.asides, {"c": conversation}
@@ -209,7 +209,7 @@ class Editing:
                 next_aside_id=int(next_aside),
             )
             if not value.revert_to(target, by=by):
-                return Rollback(current)
+                return Rollback((current, 0))
             now = _rows.now()
             stamped = [c.stamped(current + 1, now) for c in value.unsaved]
             before, after = value.saved_state, value.edit_state
@@ -223,9 +223,18 @@ class Editing:
                 tail=work.tail + offset,
             )
             placed = [c if c.start is None else replace(c, start=c.start + offset) for c in stamped]
-            return (yield from persist(ctx, conversation, work, placed, now))
+            stored = yield from persist(ctx, conversation, work, placed, now)
+            assert not isinstance(stored, Rollback)  # persist commits or raises
+            return stored, len(work.entries)
 
-        return await ctx.executor.write(program(), action="revert", conversation=conversation)
+        # What the revert puts back is known inside its transaction only: it tells the
+        # full-text indexer how many messages it listed once it committed.
+        reverted, listed = await ctx.executor.write(
+            program(), action="revert", conversation=conversation, lists=0
+        )
+        if listed:
+            ctx.executor.listed(listed)
+        return reverted
 
     async def newest_by(self, conversation: str, author: str) -> Message | None:
         validate_id(conversation)

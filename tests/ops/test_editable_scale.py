@@ -5,6 +5,7 @@ the change log, revert) still agrees, on every backend."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -137,6 +138,43 @@ async def test_a_revert_puts_back_many_entries_a_few_thousand_rows_at_a_time(
     assert [m.entry_id for m in back] == list(range(1, LONG + 1))
     for i in (500, 799, 800, 1999):
         assert [h.position for h in await store.search(f"word{i}", conversation=cid)] == [i]
+
+
+async def test_a_revert_counts_what_it_puts_back_for_the_background_indexer(
+    store: Store, cid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A revert that puts back many entries counts them toward SQLite's background
+    indexer (as a write, an import and a commit do): once they make a chunk, a run
+    indexes them, rather than leaving them to ``close()`` or to the next search."""
+    from sqlalchemy import text
+    from waiting import eventually
+
+    from histstore._storage.search_index import PENDING_TABLE
+
+    indexer = store.internals.executor.indexer
+    if indexer is None:
+        pytest.skip("this backend has no background indexer")
+    await _long(store, cid, LONG)
+    await store.revert(cid, 1, by="test")  # the first 500
+    await store.search("entry1", limit=1)  # indexes the whole list
+    await eventually(lambda: indexer.state == "idle", "the indexer's run to end")
+    indexer.caught_up()
+    monkeypatch.setattr(indexer, "_message_threshold", 1_000)
+
+    async def listed() -> int:
+        async with store.engine.connect() as conn:
+            return int(
+                (await conn.execute(text(f"SELECT count(*) FROM {PENDING_TABLE}"))).scalar_one()
+            )
+
+    assert await listed() == 0
+    await store.revert(cid, 4, by="test")  # 1,500 entries back: more than the chunk
+    await eventually(lambda: indexer.state == "idle", "the indexer's run to end")
+    for _ in range(100):
+        if await listed() == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert await listed() == 0
 
 
 async def test_statements_do_not_grow_with_the_conversation(
