@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -196,3 +197,72 @@ async def test_a_langgraph_memory_batch_between_its_reads_and_writes_is_stored(
             got = await HiststoreMemoryStore(again).aget(ns, "a")
             assert got is not None
             assert got.value == {"text": "hello there"}
+
+
+async def test_a_langgraph_put_stored_whole_after_its_first_try_when_close_begins(
+    backend: Backend,
+) -> None:
+    """The saver's put whose first try finds the value it extends gone serializes the
+    value whole (in a worker thread) and stores it: close() begins in between."""
+    pytest.importorskip("langgraph")
+    from langgraph.checkpoint.conformance.test_utils import generate_checkpoint
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+    from histstore.integrations.langgraph import HiststoreSaver
+
+    loop_thread = threading.get_ident()
+
+    class Held(JsonPlusSerializer):
+        """Stops in a worker thread once ``armed``, until released."""
+
+        armed = False
+        entered = threading.Event()
+        release = threading.Event()
+
+        def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+            if self.armed and threading.get_ident() != loop_thread:
+                self.entered.set()
+                self.release.wait(30)
+            return super().dumps_typed(obj)
+
+    store = await backend.connect()
+    serde = Held()
+    saver = HiststoreSaver(store, serde=serde)
+    thread = new_id()
+    messages: list[Any] = []
+    version: Any = None
+
+    async def step(parent: str | None) -> str:
+        nonlocal version
+        messages.append({"role": "user", "content": f"message {len(messages)}"})
+        version = saver.get_next_version(version, None)
+        cp = generate_checkpoint(
+            channel_values={"messages": list(messages)}, channel_versions={"messages": version}
+        )
+        configurable = {"thread_id": thread, "checkpoint_ns": ""}
+        if parent is not None:
+            configurable["checkpoint_id"] = parent
+        await saver.aput({"configurable": configurable}, cp, {}, {"messages": version})
+        return str(cp["id"])
+
+    await step(await step(None))
+    await HiststoreSaver(store).adelete_thread(thread)  # the value it would extend is gone
+    serde.armed = True
+    put = asyncio.ensure_future(step(None))
+    try:
+        async with asyncio.timeout(30):
+            assert await asyncio.to_thread(serde.entered.wait, 30)
+            close = asyncio.ensure_future(store.close())
+            await _still_waits(close)
+            serde.release.set()
+            await put
+            await close
+    finally:
+        serde.release.set()  # (a failed test leaves no thread waiting)
+    if backend.shared:
+        async with backend.connect() as again:
+            got = await HiststoreSaver(again).aget_tuple(
+                {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+            )
+            assert got is not None
+            assert got.checkpoint["channel_values"]["messages"] == messages
