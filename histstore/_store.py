@@ -22,11 +22,11 @@ from ._ops.lists import Lists
 from ._ops.state import State
 from ._ops.state_calls import StateCalls
 from ._ops.text_search import TextSearch
-from ._storage.calls import span_methods
+from ._storage.calls import Calls, span_methods
 from ._storage.diagnostics import Diagnostics
 from ._store_edits import EditableCalls
 
-__all__ = ["Store", "StoreSettings"]
+__all__ = ["Store", "StoreSettings", "store_calls"]
 
 T = TypeVar("T")
 
@@ -429,7 +429,12 @@ class Store(EditableCalls, StateCalls):
         )
 
 
+def store_calls(store: Store) -> Calls:
+    """The calls in progress of ``store`` (``_storage.calls``): what a span counts in."""
+    return store.internals.executor.calls
+
+
 # Each public coroutine method is one call for ``close()`` from its first line to its
 # end: the steps of a call that close() found running (a settling read after a lost
 # commit, an edit's reads and its commit) are not refused half way.
-span_methods(Store, lambda store: store.internals.executor.calls, but=("close",))
+span_methods(Store, store_calls, but=("close",))

@@ -30,6 +30,7 @@ from .._core.models import Message, stored_message
 from .._core.search_text import Hit
 from .._errors import InvalidMessage
 from .._storage import schema as s
+from .._storage.calls import span_methods
 from .._storage.drivers import EXECUTE, FETCH, Program
 from .._storage.statements import dialects as _dialects
 from .context import Context
@@ -363,6 +364,10 @@ async def _messages(conn: AsyncConnection, keys: list[tuple[str, int]]) -> dict[
             found[c, int(p)] = stored_message(data, int(p), created_at)
     return found
 
+
+# Each public coroutine is one call for ``close()`` (``_storage.calls``): an update's
+# batches, with the embedder's calls between them, are waited for, not refused half way.
+span_methods(SemanticIndex, lambda index: index._ctx.executor.calls, but=())  # noqa: SLF001
 
 unit_vector = _unit
 """``values`` as a unit float32 vector, checked (``InvalidMessage`` otherwise); also what

@@ -13,6 +13,12 @@ the call's further steps are taken while closing. A ``close()`` from inside one 
 store's own calls that has not ended (a transaction block, a callback) would wait for
 itself: it raises at once and changes nothing. A context may keep the mark of a call
 that ended (see ``_Open``): that call no longer stops ``close()``.
+
+Each public coroutine of the store, and of what is built over it (a ``SemanticIndex``,
+the items and checkpoint storage, the admin and transfer functions), is one call from
+its first line to its end (``span_methods``, ``span_calls``): the steps it takes are
+nested in it. An async generator is not one: a span over its life would keep
+``close()`` waiting on an iterator its caller dropped; each step it takes is a call.
 """
 
 from __future__ import annotations
@@ -23,13 +29,14 @@ import inspect
 from collections.abc import Awaitable, Callable, Collection
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from .._errors import HistStoreError
 
-__all__ = ["Calls", "closed_error", "span_methods"]
+__all__ = ["Calls", "closed_error", "span_calls", "span_methods"]
 
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
 class _Open:
@@ -192,3 +199,32 @@ def _spanned(
             calls.end(mark)
 
     return call
+
+
+def span_calls(calls_of: Callable[[Any], Calls], *, stores: int = 1) -> Callable[[F], F]:
+    """Make a coroutine function one call of each store among its first ``stores``
+    arguments (``calls_of(store)``; given by position or by name) from its first line to
+    its end (``Calls.begin``, not strict), as ``span_methods`` does a method."""
+
+    def decorate(function: F) -> F:
+        if not inspect.iscoroutinefunction(function):
+            raise TypeError("span_calls takes a coroutine function, not an async generator")
+        names = tuple(inspect.signature(function).parameters)[:stores]
+
+        @functools.wraps(function)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            given = [*args[:stores], *(kwargs.get(n) for n in names[len(args) :])]
+            begun: list[tuple[Calls, Mark]] = []
+            try:
+                for store in given:
+                    if store is not None:  # (missing: the function raises its TypeError)
+                        calls = calls_of(store)
+                        begun.append((calls, calls.begin(strict=False)))
+                return await function(*args, **kwargs)
+            finally:
+                for calls, mark in reversed(begun):  # newest first: the marks' tokens
+                    calls.end(mark)
+
+        return cast(F, call)
+
+    return decorate

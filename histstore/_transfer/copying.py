@@ -33,8 +33,9 @@ from .._core.ids import validate_id
 from .._core.models import Summary, message_data, stored_message
 from .._editable.entries import check_author
 from .._errors import HistStoreError, InvalidMessage
+from .._storage.calls import span_calls
 from .._storage.rows import TextRule, now
-from .._store import Store
+from .._store import Store, store_calls
 from .editable import Edits
 from .format import DEFAULT_BATCH, Progress, TransferStats
 from .items import ItemSource, ItemTarget, copy_items
@@ -50,6 +51,7 @@ __all__ = ["copy_store"]
 T = TypeVar("T")
 
 
+@span_calls(store_calls, stores=2)
 async def copy_store(
     source: Store,
     target: Store,

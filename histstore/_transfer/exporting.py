@@ -17,7 +17,8 @@ from typing import IO, cast
 
 from .._core import codec as _codec
 from .._core.ids import validate_id
-from .._store import Store
+from .._storage.calls import span_calls
+from .._store import Store, store_calls
 from .copying import copy_store
 from .format import (
     DEFAULT_BATCH,
@@ -56,6 +57,7 @@ __all__ = [
 ]
 
 
+@span_calls(store_calls)
 async def export_store(
     store: Store,
     out: IO[str],

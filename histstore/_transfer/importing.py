@@ -37,9 +37,10 @@ from .._core import rules as _rules
 from .._core.models import Summary
 from .._editable.entries import check_author
 from .._errors import HistStoreError, InvalidMessage
+from .._storage.calls import span_calls
 from .._storage.dberrors import DatabaseFailure
 from .._storage.rows import batch_columns
-from .._store import Store
+from .._store import Store, store_calls
 from .editable import Edits
 from .format import DEFAULT_BATCH, FORMAT_NAME, FORMAT_VERSION, Progress, Reader, TransferStats
 from .items import ItemTarget, import_items
@@ -51,6 +52,7 @@ from .write import Writer
 __all__ = ["import_store"]
 
 
+@span_calls(store_calls)
 async def import_store(
     store: Store,
     lines: Iterable[bytes],

@@ -34,6 +34,10 @@ one round trip). Every transaction runs to its end when the caller is cancelled.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from .._storage.calls import span_methods
 from ._catalog import CheckpointInfo, ThreadInfo
 from ._reads import CheckpointReads
 from ._records import Blob, ItemText, StoredCheckpoint, Write
@@ -50,6 +54,8 @@ __all__ = [
     "Write",
 ]
 
+T = TypeVar("T")
+
 
 class CheckpointStore(CheckpointWrites, CheckpointReads, ThreadOperations):
     """LangGraph checkpoints, pending writes and channel values in a store's database.
@@ -61,6 +67,21 @@ class CheckpointStore(CheckpointWrites, CheckpointReads, ThreadOperations):
     copies from it raise ``NotFound``). Thread ids follow histstore's id rules; callers
     validate them.
 
+    Each coroutine method is one call of the store for ``close()`` (``Store.close``: a
+    ``close()`` that begins while it runs waits for it; one begun after refuses it
+    before it touches anything); ``list`` is not, each page it reads is (as
+    ``Store.stream``'s); ``one_call`` makes several methods one.
+
     Raises (every method): ``HistStoreError`` for database failures, with the driver's
     exception as ``__cause__``.
     """
+
+    async def one_call(self, work: Callable[[CheckpointStore], Awaitable[T]]) -> T:
+        """``await work(self)`` as one call of the store: the methods it awaits, and
+        what it awaits between them, are all waited for by a ``close()`` that begins
+        meanwhile; once ``close()`` has begun, its first statement raises
+        ``HistStoreError`` ("the store is closed")."""
+        return await work(self)
+
+
+span_methods(CheckpointStore, lambda storage: storage._executor.calls, but=())  # noqa: SLF001

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from histstore import NotFound
@@ -67,6 +67,7 @@ except ImportError as _exc:  # pragma: no cover - exercised in a subprocess by t
     raise _missing_framework("langgraph", "langgraph", _exc) from _exc
 
 from ._langgraph_codec import (
+    Put,
     as_thread_id,
     config_of,
     dump_put,
@@ -196,11 +197,7 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
             put = await asyncio.to_thread(dump_put, *args, recent)
         else:
             put = dump_put(*args, recent)
-        if not await self._bridge.acall(put):
-            # A value it extends is gone (its thread was deleted or pruned): store whole.
-            recent.forget([put.thread_id])
-            put = await asyncio.to_thread(dump_put, *args)
-            await self._bridge.acall(put)
+        put = await self._bridge.acall(self._storing(put, args))
         recent.remember(put.remember)
         return config_of(put.thread_id, put.ns, checkpoint["id"])
 
@@ -267,29 +264,30 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
         For threads stored before histstore kept that text (revision 6b2d9e4f1a37) or
         imported from a file without it. Returns how many messages it indexed; an
         unknown thread is skipped."""
-        storage = await self._bridge.resource()
-        if thread_ids is None:
-            ids = [info.thread_id for info in await storage.threads()]
-        else:
-            ids = [as_thread_id(t) for t in thread_ids]
-        indexed = 0
-        for thread_id in ids:
-            try:
-                info = await storage.thread(thread_id)
-            except NotFound:
-                continue
-            for ns in info.namespaces:
-                newest: RunnableConfig = {
-                    "configurable": {"thread_id": thread_id, "checkpoint_ns": ns}
-                }
-                got = await self.aget_tuple(newest)
-                values = {} if got is None else got.checkpoint["channel_values"]
-                lists = {k: v for k, v in values.items() if type(v) is list}
-                texts = [t for k, v in sorted(lists.items()) for t in item_texts(k, v, 0)]
-                ends = {k: len(v) for k, v in lists.items()}
-                if await storage.index_text(thread_id, ns, texts, ends):
-                    indexed += len(texts)
-        return indexed
+        ids = None if thread_ids is None else [as_thread_id(t) for t in thread_ids]
+
+        async def reindex(storage: CheckpointStore) -> int:
+            every = ids if ids is not None else [i.thread_id for i in await storage.threads()]
+            indexed = 0
+            for thread_id in every:
+                try:
+                    info = await storage.thread(thread_id)
+                except NotFound:
+                    continue
+                for ns in info.namespaces:
+                    newest: RunnableConfig = {
+                        "configurable": {"thread_id": thread_id, "checkpoint_ns": ns}
+                    }
+                    got = await self.aget_tuple(newest)
+                    values = {} if got is None else got.checkpoint["channel_values"]
+                    lists = {k: v for k, v in values.items() if type(v) is list}
+                    texts = [t for k, v in sorted(lists.items()) for t in item_texts(k, v, 0)]
+                    ends = {k: len(v) for k, v in lists.items()}
+                    if await storage.index_text(thread_id, ns, texts, ends):
+                        indexed += len(texts)
+            return indexed
+
+        return await self._bridge.acall(lambda cs: cs.one_call(reindex))
 
     # ------------------------------------------------------------------ sync API
 
@@ -308,9 +306,9 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
         limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Sync ``alist`` (the matching rows are read when the iterator is made)."""
-        args = list_args(config, filter, before, limit)
+        pos, named = list_args(config, filter, before, limit)
         found = self._bridge.call(
-            lambda cs: _collect(cs.list(*args[0], **args[1])), "list", "alist"
+            lambda cs: cs.one_call(lambda c: _collect(c.list(*pos, **named))), "list", "alist"
         )
         shared = SharedItems()
         return iter([load(self.serde, stored, shared=shared) for stored in found])
@@ -325,11 +323,7 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
         """Sync ``aput``."""
         self._bridge.refuse_own_loop("put")
         args = (self.serde, config, checkpoint, metadata, new_versions)
-        put = dump_put(*args, self._recent)
-        if not self._bridge.call(put, "put"):
-            self._recent.forget([put.thread_id])  # see aput
-            put = dump_put(*args)
-            self._bridge.call(put, "put")
+        put = self._bridge.call(self._storing(dump_put(*args, self._recent), args), "put")
         self._recent.remember(put.remember)
         return config_of(put.thread_id, put.ns, checkpoint["id"])
 
@@ -403,6 +397,22 @@ class HiststoreSaver(BridgedAdapter, BaseCheckpointSaver[str]):
         if size > _LOAD_IN_THREAD:
             return await asyncio.to_thread(load, self.serde, stored, recent, shared)
         return load(self.serde, stored, recent, shared)
+
+    def _storing(
+        self, put: Put, args: tuple[Any, ...]
+    ) -> Callable[[CheckpointStore], Awaitable[Put]]:
+        """Store ``put`` as one call of the store; whole (serialized again, off the loop)
+        when a value it extends is gone (its thread was deleted or pruned meanwhile)."""
+
+        async def store(storage: CheckpointStore) -> Put:
+            if await put(storage):
+                return put
+            self._recent.forget([put.thread_id])
+            whole = await asyncio.to_thread(dump_put, *args)
+            await whole(storage)
+            return whole
+
+        return lambda storage: storage.one_call(store)
 
     async def _storage_here(self) -> CheckpointStore:
         """The checkpoint storage of the running loop's store (made once per store)."""

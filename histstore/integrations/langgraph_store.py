@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from histstore.integrations import StoreTarget, _missing_framework, _StoreHandle
 from histstore.items import ItemStore, ItemWrite, StoredItem
@@ -120,13 +120,13 @@ class HiststoreMemoryStore(BridgedAdapter, BaseStore):
         """Run ``ops`` (reads first, then the writes in one transaction; see module)."""
         ops = list(ops)
         _validate(ops)
-        return await self._bridge.acall(lambda items: self._run(items, ops))
+        return await self._bridge.acall(self._batch(ops))
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Sync ``abatch``."""
         ops = list(ops)
         _validate(ops)
-        return self._bridge.call(lambda items: self._run(items, ops), "batch")
+        return self._bridge.call(self._batch(ops), "batch")
 
     async def asweep_ttl(self) -> int:
         """Delete the expired items; returns how many."""
@@ -185,6 +185,10 @@ class HiststoreMemoryStore(BridgedAdapter, BaseStore):
 
     async def _items_here(self) -> ItemStore:
         return await self._handle.derived(ItemStore)
+
+    def _batch(self, ops: list[Op]) -> Callable[[ItemStore], Awaitable[list[Result]]]:
+        """Run ``ops`` as one call of the store (``ItemStore.one_call``)."""
+        return lambda items: items.one_call(lambda it: self._run(it, ops))
 
     async def _run(self, items: ItemStore, ops: list[Op]) -> list[Result]:
         results: list[Result] = [None] * len(ops)

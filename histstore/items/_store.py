@@ -8,9 +8,9 @@ import json
 import operator
 import sys
 from array import array
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import ColumnElement, Integer, and_, bindparam, delete, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -19,6 +19,7 @@ from .._core import codec as _codec
 from .._errors import InvalidMessage
 from .._ops.semantic import unit_vector, vector_bytes
 from .._storage import schema as s
+from .._storage.calls import span_methods
 from .._storage.drivers import EXECUTE_MANY, FETCH, CompiledStatement, Program
 from ._filters import filter_condition
 from ._namespaces import (
@@ -43,6 +44,7 @@ _FILTER_SHAPES = 128  # filtered searches kept compiled (by shape), per store
 _WALK_PAGE = 100  # namespaces per step of a listing
 _OFF_LOOP = 2000  # rank this many vectors or more in a worker thread
 _LITTLE = sys.byteorder == "little"
+T = TypeVar("T")
 
 
 class ItemStore:
@@ -54,6 +56,10 @@ class ItemStore:
     Costs: a get is a primary-key lookup; a search or a listing reads the range of the
     primary key its prefix covers (then filters and orders what is there); ``sweep``
     reads the expired items by index.
+
+    Each method is one call of the store for ``close()`` (``Store.close``: a ``close()``
+    that begins while it runs waits for it; one begun after refuses it before it touches
+    anything); ``one_call`` makes several methods one.
 
     Raises (every method): ``HistStoreError`` for database failures (the driver's
     exception as ``__cause__``).
@@ -69,6 +75,13 @@ class ItemStore:
         self._dialect = store.engine.dialect
         self._sql = ItemStatements(self._executor, self._dialect)
         self._filtered: dict[tuple[bool, Hashable], CompiledStatement] = {}
+
+    async def one_call(self, work: Callable[[ItemStore], Awaitable[T]]) -> T:
+        """``await work(self)`` as one call of the store: the methods it awaits, and
+        what it awaits between them, are all waited for by a ``close()`` that begins
+        meanwhile; once ``close()`` has begun, its first statement raises
+        ``HistStoreError`` ("the store is closed")."""
+        return await work(self)
 
     # ------------------------------------------------------------------ reads
 
@@ -359,6 +372,9 @@ class ItemStore:
             found.append(condition)
             params |= bound
         return found, params, shape
+
+
+span_methods(ItemStore, lambda items: items._executor.calls, but=())  # noqa: SLF001
 
 
 def _now() -> datetime:
