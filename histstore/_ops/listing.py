@@ -26,6 +26,7 @@ from .._core import rules as _rules
 from .._storage import schema as s
 from .._storage.drivers import EXECUTE, FETCH, Program, Step
 from .._storage.rows import now
+from .._storage.statements import dialects as _dialects
 from .context import Context
 from .history import delete_conversation
 
@@ -218,9 +219,9 @@ def _select_window(
     )
     if found is None or not counts:
         return None
-    common = [n >= _literal(WALK_FROM) for n in counts]
-    inner = _ordered(found[0].where(*common), [key, _conv.c.id], page.descending)
-    first = inner.limit(_literal(window)).subquery()
+    common = and_(*[n >= _literal(WALK_FROM) for n in counts])
+    inner = _ordered(found[0], [key, _conv.c.id], page.descending)
+    first = _dialects.limit_when(ctx.executor.driver.dialect, inner, common, window).subquery()
     conds, _ = metadata_filter(metadata, first.c.id, join=False)
     stmt = select(first.c.id).where(*conds)
     stmt = _ordered(stmt, [first.c[key.name], first.c.id], page.descending)

@@ -53,6 +53,7 @@ __all__ = [
     "for_update",
     "insert",
     "json_at",
+    "limit_when",
     "lock_for_migration",
     "lock_patience",
     "message_columns",
@@ -111,6 +112,24 @@ def for_update(dialect: Dialect, stmt: Select[Any]) -> Select[Any]:
     the database's only write lock.
     """
     return stmt if dialect.name == "sqlite" else stmt.with_for_update()
+
+
+def limit_when(
+    dialect: Dialect, stmt: Select[Any], condition: ColumnElement[bool], n: int
+) -> Select[Any]:
+    """``stmt`` limited to its first ``n`` rows when ``condition`` holds, else to none;
+    ``condition`` is a one-time test (no column of ``stmt``'s rows, e.g. a comparison of
+    an uncorrelated scalar subquery) and ``n`` is written into the statement.
+
+    Postgres tests such a condition once, before the scan (a one-time filter), and plans
+    for the literal limit. SQLite would test it on every row the scan visits, reading
+    the whole index when it is false: there it chooses the LIMIT itself, and a LIMIT of
+    0 reads nothing.
+    """
+    most: ColumnElement[int] = literal_column(str(int(n)), Integer)
+    if dialect.name == "sqlite":
+        return stmt.limit(case((condition, most), else_=literal_column("0")))
+    return stmt.where(condition).limit(most)
 
 
 def delete_listed_in_rowid_order(dialect: Dialect, table: Table) -> TextClause | None:
