@@ -22,11 +22,11 @@ from ._ops.lists import Lists
 from ._ops.state import State
 from ._ops.state_calls import StateCalls
 from ._ops.text_search import TextSearch
-from ._storage.calls import Calls, span_methods
+from ._storage.calls import Calls, span_calls, span_methods
 from ._storage.diagnostics import Diagnostics
 from ._store_edits import EditableCalls
 
-__all__ = ["Store", "StoreSettings", "store_calls"]
+__all__ = ["Store", "StoreSettings", "store_call", "store_calls"]
 
 T = TypeVar("T")
 
@@ -432,6 +432,10 @@ class Store(EditableCalls, StateCalls):
 def store_calls(store: Store) -> Calls:
     """The calls in progress of ``store`` (``_storage.calls``): what a span counts in."""
     return store.internals.executor.calls
+
+
+store_call = span_calls(store_calls)
+"""Make a coroutine function whose first argument is a store one call of that store."""
 
 
 # Each public coroutine method is one call for ``close()`` from its first line to its

@@ -29,11 +29,11 @@ import inspect
 from collections.abc import Awaitable, Callable, Collection
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, Self, TypeVar, cast
 
 from .._errors import HistStoreError
 
-__all__ = ["Calls", "closed_error", "span_calls", "span_methods"]
+__all__ = ["Calls", "OneCall", "closed_error", "span_calls", "span_methods"]
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
@@ -228,3 +228,15 @@ def span_calls(calls_of: Callable[[Any], Calls], *, stores: int = 1) -> Callable
         return cast(F, call)
 
     return decorate
+
+
+class OneCall:
+    """``one_call(work)`` for a class whose coroutine methods ``span_methods`` makes calls
+    of a store."""
+
+    async def one_call(self, work: Callable[[Self], Awaitable[T]]) -> T:
+        """``await work(self)`` as one call of the store: the methods it awaits, and
+        what it awaits between them, are all waited for by a ``close()`` that begins
+        meanwhile; once ``close()`` has begun, its first statement raises
+        ``HistStoreError`` ("the store is closed")."""
+        return await work(self)

@@ -17,8 +17,7 @@ from typing import IO, cast
 
 from .._core import codec as _codec
 from .._core.ids import validate_id
-from .._storage.calls import span_calls
-from .._store import Store, store_calls
+from .._store import Store, store_call
 from .copying import copy_store
 from .format import (
     DEFAULT_BATCH,
@@ -57,7 +56,7 @@ __all__ = [
 ]
 
 
-@span_calls(store_calls)
+@store_call
 async def export_store(
     store: Store,
     out: IO[str],

@@ -37,10 +37,9 @@ from .._core import rules as _rules
 from .._core.models import Summary
 from .._editable.entries import check_author
 from .._errors import HistStoreError, InvalidMessage
-from .._storage.calls import span_calls
 from .._storage.dberrors import DatabaseFailure
 from .._storage.rows import batch_columns
-from .._store import Store, store_calls
+from .._store import Store, store_call
 from .editable import Edits
 from .format import DEFAULT_BATCH, FORMAT_NAME, FORMAT_VERSION, Progress, Reader, TransferStats
 from .items import ItemTarget, import_items
@@ -52,7 +51,7 @@ from .write import Writer
 __all__ = ["import_store"]
 
 
-@span_calls(store_calls)
+@store_call
 async def import_store(
     store: Store,
     lines: Iterable[bytes],

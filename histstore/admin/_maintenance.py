@@ -14,8 +14,7 @@ from .._core import rules as _rules
 from .._ops.listing import Listing, idle_cutoff
 from .._ops.text_search import TextSearch
 from .._storage import schema as s
-from .._storage.calls import span_calls
-from .._store import Store, store_calls
+from .._store import Store, store_call
 from ._queries import scoped, visible_ids
 
 __all__ = ["purge", "purge_candidates", "reindex"]
@@ -23,7 +22,7 @@ __all__ = ["purge", "purge_candidates", "reindex"]
 _conv = s.conversations
 
 
-@span_calls(store_calls)
+@store_call
 async def purge_candidates(store: Store, *, idle_for: timedelta) -> list[str]:
     """The ids ``store.purge(idle_for=idle_for)`` would delete now, in id order.
 
@@ -70,7 +69,7 @@ async def _count(store: Store, stmt: Select[Any], action: str) -> int:
     return await store.internals.executor.run(work, mode="read", action=action)
 
 
-@span_calls(store_calls)
+@store_call
 async def reindex(
     store: Store, *, batch: int = 2000, progress: Callable[[int, int], None] | None = None
 ) -> int:
@@ -101,7 +100,7 @@ async def reindex(
     return changed
 
 
-@span_calls(store_calls)
+@store_call
 async def purge(
     store: Store, *, idle_for: timedelta, progress: Callable[[int, int], None] | None = None
 ) -> int:

@@ -22,8 +22,7 @@ from .._errors import NotFound
 from .._ops.listing import Page, most_selective_first, read_page, select_filtered, select_ids
 from .._storage import migrations as _migrations
 from .._storage import schema as s
-from .._storage.calls import span_calls
-from .._store import Store, store_calls
+from .._store import Store, store_call
 
 __all__ = [
     "ConversationInfo",
@@ -172,7 +171,7 @@ def visible_ids(store: Store) -> Select[Any]:
 # ---------------------------------------------------------------------------- stats
 
 
-@span_calls(store_calls)
+@store_call
 async def stats(store: Store) -> StoreStats:
     """Count what the store holds, in one snapshot. A scoped view counts its user's part."""
     owner = store.user
@@ -285,7 +284,7 @@ async def _details(store: Store, conn: AsyncConnection, ids: Sequence[str]) -> l
     ]
 
 
-@span_calls(store_calls)
+@store_call
 async def describe(store: Store, conversation: str) -> ConversationInfo:
     """One conversation's particulars (owner, system prompt, length, times, lists,
     summary count, metadata keys), read in one snapshot.
@@ -311,7 +310,7 @@ async def describe(store: Store, conversation: str) -> ConversationInfo:
 # ---------------------------------------------------------------------------- listing
 
 
-@span_calls(store_calls)
+@store_call
 async def list_conversations(
     store: Store,
     *,
@@ -349,7 +348,7 @@ async def list_conversations(
     return await store.internals.executor.run(work, mode="snapshot", action="list conversations")
 
 
-@span_calls(store_calls)
+@store_call
 async def count_conversations(
     store: Store,
     *,

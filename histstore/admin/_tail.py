@@ -6,13 +6,12 @@ from .._core.ids import validate_id
 from .._errors import NotFound
 from .._ops.edit_reads import ConversationTail
 from .._ops.edit_reads import tail as _tail
-from .._storage.calls import span_calls
-from .._store import Store, store_calls
+from .._store import Store, store_call
 
 __all__ = ["ConversationTail", "tail"]
 
 
-@span_calls(store_calls)
+@store_call
 async def tail(store: Store, conversation: str, *, last: int | None = None) -> ConversationTail:
     """The newest ``last`` entries of ``conversation`` (every entry: ``None``) with its
     revision, halt, asides and turn records' count and newest, read in one snapshot.

@@ -34,10 +34,7 @@ one round trip). Every transaction runs to its end when the caller is cancelled.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
-
-from .._storage.calls import span_methods
+from .._storage.calls import OneCall, span_methods
 from ._catalog import CheckpointInfo, ThreadInfo
 from ._reads import CheckpointReads
 from ._records import Blob, ItemText, StoredCheckpoint, Write
@@ -54,10 +51,8 @@ __all__ = [
     "Write",
 ]
 
-T = TypeVar("T")
 
-
-class CheckpointStore(CheckpointWrites, CheckpointReads, ThreadOperations):
+class CheckpointStore(CheckpointWrites, CheckpointReads, ThreadOperations, OneCall):
     """LangGraph checkpoints, pending writes and channel values in a store's database.
 
     Runs through the store's executor (its transactions, settings and schema); a scoped store
@@ -75,13 +70,6 @@ class CheckpointStore(CheckpointWrites, CheckpointReads, ThreadOperations):
     Raises (every method): ``HistStoreError`` for database failures, with the driver's
     exception as ``__cause__``.
     """
-
-    async def one_call(self, work: Callable[[CheckpointStore], Awaitable[T]]) -> T:
-        """``await work(self)`` as one call of the store: the methods it awaits, and
-        what it awaits between them, are all waited for by a ``close()`` that begins
-        meanwhile; once ``close()`` has begun, its first statement raises
-        ``HistStoreError`` ("the store is closed")."""
-        return await work(self)
 
 
 span_methods(CheckpointStore, lambda storage: storage._executor.calls, but=())  # noqa: SLF001

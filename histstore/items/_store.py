@@ -8,9 +8,9 @@ import json
 import operator
 import sys
 from array import array
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, Integer, and_, bindparam, delete, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -19,7 +19,7 @@ from .._core import codec as _codec
 from .._errors import InvalidMessage
 from .._ops.semantic import unit_vector, vector_bytes
 from .._storage import schema as s
-from .._storage.calls import span_methods
+from .._storage.calls import OneCall, span_methods
 from .._storage.drivers import EXECUTE_MANY, FETCH, CompiledStatement, Program
 from ._filters import filter_condition
 from ._namespaces import (
@@ -44,10 +44,9 @@ _FILTER_SHAPES = 128  # filtered searches kept compiled (by shape), per store
 _WALK_PAGE = 100  # namespaces per step of a listing
 _OFF_LOOP = 2000  # rank this many vectors or more in a worker thread
 _LITTLE = sys.byteorder == "little"
-T = TypeVar("T")
 
 
-class ItemStore:
+class ItemStore(OneCall):
     """Long-term memory items (JSON objects by namespace and key) in a store's database.
 
     Every statement runs through the store's executor: a read is one statement (a get, one
@@ -75,13 +74,6 @@ class ItemStore:
         self._dialect = store.engine.dialect
         self._sql = ItemStatements(self._executor, self._dialect)
         self._filtered: dict[tuple[bool, Hashable], CompiledStatement] = {}
-
-    async def one_call(self, work: Callable[[ItemStore], Awaitable[T]]) -> T:
-        """``await work(self)`` as one call of the store: the methods it awaits, and
-        what it awaits between them, are all waited for by a ``close()`` that begins
-        meanwhile; once ``close()`` has begun, its first statement raises
-        ``HistStoreError`` ("the store is closed")."""
-        return await work(self)
 
     # ------------------------------------------------------------------ reads
 
